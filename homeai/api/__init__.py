@@ -1,0 +1,1 @@
+"""homeai.api package."""

@@ -1,0 +1,1 @@
+"""homeai.bench package."""

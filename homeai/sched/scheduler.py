@@ -1,0 +1,426 @@
+"""The iteration-level scheduler: pure, deterministic, the clock an argument.
+
+There is no prefill phase and no decode phase. Each request has `num_computed_tokens`
+catching up with `num_tokens`; a step gives each chosen request some tokens:
+
+1. one decode token for every running sequence (interactive first), never skipped;
+2. prefill chunks with what is left of the step's token budget: interactive lanes first
+   (with a share kept for background work when it is backlogged), then background lanes,
+   each class ordered by token-aware fair share over (lane, member) pairs;
+3. embedding inputs (atomic: a whole input in one step) compete with prefill chunks in
+   the background class.
+
+The budget adapts to a step-cost model: while an interactive lane decodes, a step is kept
+within its inter-token-latency target; otherwise it grows for throughput. KV admission
+reserves cells; an interactive request that cannot be admitted preempts the
+lowest-priority, latest-admitted background sequence by recompute.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from homeai.sched.costmodel import StepCostModel
+from homeai.sched.fairshare import FairShare
+from homeai.sched.kv import KVManager
+from homeai.sched.request import Kind, Request, Sample, Status
+from homeai.sched.window import eligible_at
+from lanes.base import LanePolicy
+
+
+class QueueFull(Exception):
+    """A lane's queue is at its maximum; the caller should retry later (HTTP 429)."""
+
+    def __init__(self, lane: str, max_queue: int):
+        super().__init__(f"lane {lane!r} queue is full ({max_queue} waiting); retry later")
+        self.lane, self.max_queue = lane, max_queue
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    num_cells: int  # KV cells of the generation context
+    num_seqs: int  # sequence ids of the generation context
+    max_step_tokens: int  # the most tokens one step may carry (llama.cpp's n_batch)
+    embed_max_tokens: int  # the most embedding tokens in one step
+    embed_max_seqs: int  # the most embedding inputs in one step
+    w_in: float = 1.0
+    w_out: float = 2.0
+    background_min_share: float = 0.1
+    min_chunk: int = 16
+    max_step_ms: float = 2000.0
+
+
+@dataclass(frozen=True)
+class ScheduledItem:
+    request_id: str
+    kind: Kind
+    seq_id: int | None  # None for embeddings: they use their own context
+    start: int  # position of the first token
+    tokens: list[int]
+    sample: bool  # a token is sampled after this chunk
+
+
+@dataclass
+class StepPlan:
+    step_id: int
+    items: list[ScheduledItem] = field(default_factory=list)  # generation: one llama_decode
+    embed_items: list[ScheduledItem] = field(default_factory=list)
+    release: list[int] = field(default_factory=list)  # seq ids whose KV to drop before decoding
+    done: list[str] = field(default_factory=list)  # requests whose sampler state may go
+    budget: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(i.tokens) for i in self.items) + sum(len(i.tokens) for i in self.embed_items)
+
+    @property
+    def empty(self) -> bool:
+        return not self.items and not self.embed_items
+
+
+@dataclass
+class StepResult:
+    samples: dict[str, Sample] = field(default_factory=dict)
+    embeddings: dict[str, object] = field(default_factory=dict)
+    elapsed_ms: float = 0.0
+    no_kv_slot: bool = False  # llama_decode found no KV slot: nothing of this step was kept
+
+
+@dataclass(frozen=True)
+class Output:
+    request: Request
+    sample: Sample | None  # the new token, if one was sampled
+    finished: bool
+
+
+class Scheduler:
+    def __init__(self, policies: dict[str, LanePolicy], limits: SchedulerLimits):
+        self.policies = policies
+        self.limits = limits
+        self.kv = KVManager(limits.num_cells, limits.num_seqs)
+        self.fair = FairShare(limits.w_in, limits.w_out)
+        self.cost = StepCostModel()
+        self.waiting: dict[str, deque[Request]] = {name: deque() for name in policies}
+        self.running: list[Request] = []  # in admission order
+        self.requests: dict[str, Request] = {}
+        self._release: list[int] = []
+        self._done: list[str] = []
+        self._steps = itertools.count()
+        self._bg_credit = 0.0  # deficit counter: background tokens owed under interactive load
+        self._shrink = 1.0  # < 1 after llama.cpp found no KV slot
+        self._plan: StepPlan | None = None  # the plan being built, while schedule() runs
+
+    # ---- requests in and out -------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        policy = self.policies.get(request.lane)
+        if policy is None:
+            raise ValueError(f"unknown lane {request.lane!r} (known: {', '.join(self.policies)})")
+        queue = self.waiting[request.lane]
+        if len(queue) >= policy.max_queue:
+            raise QueueFull(request.lane, policy.max_queue)
+        queue.append(request)
+        self.requests[request.request_id] = request
+
+    def abort(self, request_id: str, reason: str = "abort", now: float | None = None) -> Request | None:
+        request = self.requests.get(request_id)
+        if request is None:
+            return None
+        if request.status is Status.WAITING:
+            self.waiting[request.lane].remove(request)
+        self._finish(request, reason, now)
+        return request
+
+    def finish(self, request_id: str, reason: str, now: float | None = None) -> None:
+        """End a request for a reason found outside (a stop string)."""
+        request = self.requests.get(request_id)
+        if request is not None and not request.finished:
+            self._finish(request, reason, now)
+
+    def has_work(self) -> bool:
+        return bool(self.running) or any(self.waiting.values())
+
+    def num_waiting(self, lane: str) -> int:
+        return len(self.waiting[lane])
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When a waiting request becomes eligible, if nothing can run before then."""
+        times = [self._eligible_at(r) for q in self.waiting.values() for r in q]
+        return min(times, default=None)
+
+    # ---- the plan ------------------------------------------------------------------
+
+    def schedule(self, now: float) -> StepPlan:
+        self._now = now
+        plan = self._plan = StepPlan(step_id=next(self._steps))
+        self.fair.set_backlogged({r.key for r in self.requests.values()})
+        decoding = sorted((r for r in self.running if r.is_decoding),
+                          key=lambda r: not self.policies[r.lane].interactive)
+        plan.budget = self._budget(decoding)
+        for request in decoding:
+            self._grow(request, request.num_computed_tokens + 1)  # may preempt, itself included
+        plan.items = [self._item(r, 1) for r in decoding if r.status is Status.RUNNING]
+        left = plan.budget - len(plan.items)
+        reserve = 0
+        if self._candidates(now, interactive=False):
+            reserve = max(int(self.limits.background_min_share * plan.budget), self.limits.min_chunk)
+            self._bg_credit = min(self._bg_credit + reserve, self.limits.embed_max_tokens)
+        else:
+            self._bg_credit = 0.0
+        left -= self._fill(plan, now, interactive=True, budget=max(left - reserve, 0))
+        self._fill(plan, now, interactive=False, budget=max(left, 0))
+        plan.release, plan.done = self._release, self._done
+        self._release, self._done, self._plan = [], [], None
+        return plan
+
+    def _budget(self, decoding: list[Request]) -> int:
+        limits = self.limits
+        targets = [self.policies[r.lane].itl_target_ms for r in decoding if self.policies[r.lane].interactive]
+        target = min(targets) if targets else limits.max_step_ms
+        tokens = self.cost.tokens_within(target * 0.9)
+        floor = len(decoding) + limits.min_chunk
+        budget = max(min(tokens, limits.max_step_tokens), floor)
+        return min(max(int(budget * self._shrink), len(decoding) + 1), limits.max_step_tokens)
+
+    def _fill(self, plan: StepPlan, now: float, *, interactive: bool, budget: int) -> int:
+        """Give prefill chunks (and embedding inputs) of one class by fair share; tokens used."""
+        candidates = self._candidates(now, interactive=interactive)
+        used = 0
+        while used < budget and candidates:
+            keys = candidates.keys()
+            if interactive:
+                best = min(self.policies[lane].priority for lane, _ in keys)
+                keys = [k for k in keys if self.policies[k[0]].priority == best]
+            key = self.fair.pick(keys)
+            request = candidates[key].popleft()
+            if not candidates[key]:
+                del candidates[key]
+            n = self._place(plan, request, budget - used)
+            if n == 0:
+                candidates.pop(key, None)  # this pair cannot go further this step
+                continue
+            used += n
+        return used
+
+    def _candidates(self, now: float, *, interactive: bool) -> dict[tuple[str, str], deque[Request]]:
+        """Each backlogged pair's requests in order: partial prefills, then eligible waiting."""
+        out: dict[tuple[str, str], deque[Request]] = {}
+        for request in self.running:
+            if self.policies[request.lane].interactive == interactive and not request.is_decoding:
+                out.setdefault(request.key, deque()).append(request)
+        for lane, queue in self.waiting.items():
+            if self.policies[lane].interactive != interactive:
+                continue
+            for request in queue:
+                if self._eligible_at(request) > now:
+                    break  # a lane's queue is in arrival order, and so is eligibility
+                out.setdefault(request.key, deque()).append(request)
+        return out
+
+    def _place(self, plan: StepPlan, request: Request, room: int) -> int:
+        """Schedule part of a request within `room` tokens; the tokens placed (0: cannot)."""
+        if request.kind is Kind.EMBED:
+            return self._place_embed(plan, request, room)
+        n = min(request.num_remaining, room)
+        if n <= 0 or (n < request.num_remaining and n < self.limits.min_chunk and plan.items):
+            return 0
+        if request.status is Status.WAITING and not self._admit(request):
+            return 0
+        if not self._grow(request, request.num_computed_tokens + n):
+            return 0
+        plan.items.append(self._item(request, n))
+        self._charge_prompt(request, n)
+        return n
+
+    def _place_embed(self, plan: StepPlan, request: Request, room: int) -> int:
+        n = request.num_tokens
+        used = sum(len(i.tokens) for i in plan.embed_items)
+        interactive_load = any(self.policies[r.lane].interactive for r in self.running)
+        fits_step = n <= room or (interactive_load and n <= self._bg_credit) or not plan.items
+        if (not fits_step or len(plan.embed_items) >= self.limits.embed_max_seqs
+                or used + n > self.limits.embed_max_tokens):
+            return 0
+        self.waiting[request.lane].remove(request)
+        request.status = Status.RUNNING
+        request.admitted_time = request.admitted_time or self._now
+        plan.embed_items.append(ScheduledItem(request.request_id, Kind.EMBED, None, 0, list(request.prompt_tokens), False))
+        self._charge_prompt(request, n)
+        return min(n, room)
+
+    def _item(self, request: Request, n: int) -> ScheduledItem:
+        start = request.num_computed_tokens
+        return ScheduledItem(request.request_id, Kind.GENERATE, request.seq_id, start,
+                             request.tokens_slice(start, start + n), start + n == request.num_tokens)
+
+    def _charge_prompt(self, request: Request, n: int) -> None:
+        end = min(request.num_computed_tokens + n, request.num_prompt_tokens)
+        fresh = end - request.num_charged_prompt
+        if fresh > 0:
+            request.num_charged_prompt = end
+            self.fair.charge(request.key, weight=self.policies[request.lane].weight, num_in=fresh)
+        if not self.policies[request.lane].interactive:
+            self._bg_credit = max(self._bg_credit - n, 0.0)
+
+    # ---- KV admission and preemption ---------------------------------------------------
+
+    def _admit(self, request: Request) -> bool:
+        need = request.num_tokens
+        headroom = sum(1 for r in self.running if r.is_decoding)
+        interactive = self.policies[request.lane].interactive
+        while True:
+            reserve = self._background_seq_reserve() if interactive else 0
+            if self.kv.can_admit(need, headroom) and len(self.kv.free_seq_ids) > reserve:
+                break
+            if not interactive or not self._preempt_background():
+                return False
+        self.waiting[request.lane].remove(request)
+        request.seq_id = self.kv.admit(need)
+        request.status = Status.RUNNING
+        request.admitted_time = request.admitted_time or self._now
+        self.running.append(request)
+        return True
+
+    def _background_share(self) -> tuple[int, int, int, int]:
+        """Background sequences and cells held, and the minimum of each it keeps."""
+        held = [r for r in self.running if not self.policies[r.lane].interactive]
+        share = self.limits.background_min_share
+        min_seqs = min(math.ceil(share * self.limits.num_seqs), self.limits.num_seqs - 1)
+        cells = sum(self.kv.allocated[r.seq_id] for r in held)
+        return len(held), cells, min_seqs, int(share * self.limits.num_cells)
+
+    def _background_seq_reserve(self) -> int:
+        """Sequence ids kept free for backlogged background work below its minimum share."""
+        waiting = any(r.kind is Kind.GENERATE for lane, q in self.waiting.items()
+                      if not self.policies[lane].interactive for r in q)
+        if not waiting:
+            return 0
+        num_held, _, min_seqs, _ = self._background_share()
+        return max(min_seqs - num_held, 0)
+
+    def _grow(self, request: Request, num_cells: int) -> bool:
+        """Make room for a request's next tokens, preempting if the cache is full."""
+        while not self.kv.ensure(request.seq_id, num_cells):
+            victim = self._victim()
+            if victim is None or victim is request:
+                self._preempt(request)
+                return False
+            self._preempt(victim)
+        return True
+
+    def _victim(self) -> Request | None:
+        """The lowest-priority, latest-admitted running request."""
+        ranked = [(self.policies[r.lane].priority, i, r) for i, r in enumerate(self.running)]
+        return max(ranked, key=lambda t: t[:2])[2] if ranked else None
+
+    def _preempt_background(self) -> bool:
+        """Preempt for an interactive request, unless background is down to its minimum share."""
+        victim = self._victim()
+        if victim is None or self.policies[victim.lane].interactive:
+            return False
+        num_held, cells, min_seqs, min_cells = self._background_share()
+        if num_held <= min_seqs and cells <= min_cells:
+            return False
+        self._preempt(victim)
+        return True
+
+    def _preempt(self, request: Request) -> None:
+        """Drop a request's KV and requeue it at the head of its lane, keeping its output."""
+        self.running.remove(request)
+        self.kv.release(request.seq_id)
+        self._release.append(request.seq_id)
+        if self._plan is not None:  # preempted while this step is being planned: drop its tokens
+            self._plan.items = [i for i in self._plan.items if i.request_id != request.request_id]
+        request.seq_id = None
+        request.num_computed_tokens = 0
+        request.num_preemptions += 1
+        request.status = Status.WAITING
+        self.waiting[request.lane].appendleft(request)
+
+    def _finish(self, request: Request, reason: str, now: float | None) -> None:
+        if request.status is Status.RUNNING and request.seq_id is not None:
+            self.running.remove(request)
+            self.kv.release(request.seq_id)
+            self._release.append(request.seq_id)
+            request.seq_id = None
+        request.status = Status.FINISHED
+        request.finish_reason = reason
+        request.finish_time = now if now is not None else self._now
+        self._done.append(request.request_id)
+        self.requests.pop(request.request_id, None)
+
+    # ---- results -------------------------------------------------------------------
+
+    _now: float = 0.0
+
+    def update(self, plan: StepPlan, result: StepResult, now: float) -> list[Output]:
+        self._now = now
+        if result.no_kv_slot:
+            return self._on_no_kv_slot(plan)
+        self._shrink = min(self._shrink * 2, 1.0)
+        if not plan.empty:
+            self.cost.observe(plan.num_tokens, result.elapsed_ms)
+        outputs = [o for item in plan.items if (o := self._advance(item, result, now))]
+        outputs += [o for item in plan.embed_items if (o := self._embedded(item, result, now))]
+        return outputs
+
+    def _advance(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
+        request = self.requests.get(item.request_id)
+        if request is None or request.status is not Status.RUNNING or request.seq_id != item.seq_id:
+            return None  # aborted or preempted while the step ran
+        request.num_computed_tokens = item.start + len(item.tokens)
+        if not item.sample:
+            return None
+        sample = result.samples[item.request_id]
+        self._record_token(request, now)
+        if sample.is_eog:
+            self._finish(request, "stop", now)
+            return Output(request, None, True)
+        request.output_tokens.append(sample.token)
+        request.samples.append(sample)
+        self.fair.charge(request.key, weight=self.policies[request.lane].weight, num_out=1)
+        if len(request.output_tokens) >= request.max_tokens:
+            self._finish(request, "length", now)
+            return Output(request, sample, True)
+        return Output(request, sample, False)
+
+    def _record_token(self, request: Request, now: float) -> None:
+        if request.first_token_time is None:
+            request.first_token_time = now
+        elif request.last_token_time is not None:
+            request.itls.append(now - request.last_token_time)
+        request.last_token_time = now
+
+    def _embedded(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
+        request = self.requests.get(item.request_id)
+        if request is None or request.finished:
+            return None
+        request.num_computed_tokens = request.num_tokens
+        request.embedding = result.embeddings.get(item.request_id)
+        request.first_token_time = now
+        self._finish(request, "stop", now)
+        return Output(request, None, True)
+
+    def _on_no_kv_slot(self, plan: StepPlan) -> list[Output]:
+        """llama.cpp could not place the step: nothing was kept; shrink and free room."""
+        self._shrink = max(self._shrink / 2, 1 / 64)
+        for item in plan.embed_items:
+            request = self.requests.get(item.request_id)
+            if request is not None and request.status is Status.RUNNING:
+                request.status = Status.WAITING
+                self.waiting[request.lane].appendleft(request)
+        victim = self._victim()
+        if victim is not None and len(self.running) > 1:
+            self._preempt(victim)
+        return []
+
+    # ---- helpers -------------------------------------------------------------------
+
+    def _eligible_at(self, request: Request) -> float:
+        if request.num_preemptions:
+            return request.arrival_time
+        policy = self.policies[request.lane]
+        return eligible_at(policy, request.arrival_time, engine_busy=bool(self.running),
+                           num_queued=len(self.waiting[request.lane]))

@@ -1,0 +1,1 @@
+"""homeai.speech package."""

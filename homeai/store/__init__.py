@@ -1,0 +1,1 @@
+"""homeai.store package."""

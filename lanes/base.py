@@ -1,0 +1,26 @@
+"""The lane policy: the knobs every lane has, read by the scheduler as plain data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INTERACTIVE = "interactive"
+BACKGROUND = "background"
+
+
+@dataclass(frozen=True)
+class LanePolicy:
+    name: str
+    lane_class: str  # INTERACTIVE lanes take latency priority; BACKGROUND lanes share what is left
+    priority: int  # among interactive lanes, lower goes first (voice before chat)
+    weight: float  # fair-share weight: a higher weight gets more tokens of its class
+    window_ms: float  # how long a new request may wait to be batched with others
+    max_batch: int  # a background lane admits as soon as this many requests wait
+    max_queue: int  # waiting requests beyond this are refused (HTTP 429)
+    ttft_target_ms: float  # time-to-first-token goal, used by goodput and the lane view
+    itl_target_ms: float  # inter-token-latency goal: bounds the step length while this lane decodes
+    max_tokens: int  # default output cap when a request names none
+
+    @property
+    def interactive(self) -> bool:
+        return self.lane_class == INTERACTIVE
