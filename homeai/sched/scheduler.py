@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from homeai.sched.costmodel import StepCostModel
 from homeai.sched.fairshare import FairShare
 from homeai.sched.kv import KVManager
-from homeai.sched.request import Kind, Request, Sample, Status
+from homeai.sched.request import Kind, Request, Sample, SamplingParams, Status
 from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
 
@@ -61,6 +61,8 @@ class ScheduledItem:
     start: int  # position of the first token
     tokens: list[int]
     sample: bool  # a token is sampled after this chunk
+    params: SamplingParams | None = None  # the runner builds the request's sampler from these
+    forced: int | None = None  # teacher forcing: the token to output instead of sampling
 
 
 @dataclass
@@ -252,8 +254,11 @@ class Scheduler:
 
     def _item(self, request: Request, n: int) -> ScheduledItem:
         start = request.num_computed_tokens
+        sample = start + n == request.num_tokens
+        forced = request.params.forced_tokens
+        token = forced[len(request.output_tokens)] if sample and forced is not None else None
         return ScheduledItem(request.request_id, Kind.GENERATE, request.seq_id, start,
-                             request.tokens_slice(start, start + n), start + n == request.num_tokens)
+                             request.tokens_slice(start, start + n), sample, request.params, token)
 
     def _charge_prompt(self, request: Request, n: int) -> None:
         end = min(request.num_computed_tokens + n, request.num_prompt_tokens)

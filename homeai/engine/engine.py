@@ -1,0 +1,370 @@
+"""The engine: the one loop (schedule, run, update) in its own thread, and the async bridge.
+
+`submit()` validates a request, queues it with the scheduler (or refuses it: a full lane
+queue, an oversized prompt) and hands back a `RequestStream` of events that asyncio code
+iterates with `async for` and plain code with `for`. `abort()` frees a request's sequence
+within one step. The scheduler is only touched under one lock; the runner works outside
+it, so submissions and aborts never wait for a step to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from homeai.engine.stats import LaneWindow, RequestStats
+from homeai.engine.text import TextStream
+from homeai.sched.request import Kind, Request, SamplingParams
+from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan
+from lanes.base import LanePolicy
+
+log = logging.getLogger("homeai.engine")
+
+__all__ = ["Engine", "RequestStream", "TokenEvent", "FinishEvent", "InvalidRequest", "PromptTooLong",
+           "QueueFull", "EngineStopped"]
+
+
+class InvalidRequest(ValueError):
+    """A request the engine will not take, with the parameter at fault."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_request"):
+        super().__init__(message)
+        self.param, self.code = param, code
+
+
+class PromptTooLong(InvalidRequest):
+    def __init__(self, num_tokens: int, limit: int):
+        super().__init__(f"the prompt has {num_tokens} tokens but at most {limit} fit the context "
+                         f"(model context {limit + 1} tokens, at least 1 for the answer)",
+                         "messages", "context_length_exceeded")
+        self.num_tokens, self.limit = num_tokens, limit
+
+
+class EngineStopped(RuntimeError):
+    """The engine is shutting down and admits nothing more."""
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token: int
+    text: str  # the new text this token makes safe to show (may be empty)
+    logprob: float | None = None
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    reason: str  # stop | length | abort | error
+    text: str  # text held back until the end (a partial stop string that was not one)
+    stats: RequestStats
+    embedding: object = None
+    error: str | None = None
+
+
+class RequestStream:
+    """Events of one request, pushed by the engine thread, read from asyncio or plain threads."""
+
+    def __init__(self, request: Request, engine: "Engine", loop: asyncio.AbstractEventLoop | None):
+        self.request = request
+        self.engine = engine
+        self.text = TextStream(request.params.stop)
+        self._items: deque = deque()
+        self._cond = threading.Condition()
+        self._loop = loop
+        self._wakeup = asyncio.Event() if loop else None
+        self.finished: FinishEvent | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    def push(self, event) -> None:
+        with self._cond:
+            self._items.append(event)
+            self._cond.notify_all()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+
+    def _pop(self):
+        with self._cond:
+            return self._items.popleft() if self._items else None
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        while True:
+            if self._done_reading():
+                raise StopAsyncIteration
+            self._wakeup.clear()
+            item = self._pop()
+            if item is not None:
+                return self._seen(item)
+            await self._wakeup.wait()
+
+    def __iter__(self):
+        while not self._done_reading():
+            with self._cond:
+                self._cond.wait_for(lambda: self._items, timeout=1.0)
+            item = self._pop()
+            if item is not None:
+                yield self._seen(item)
+
+    def _seen(self, item):
+        if isinstance(item, FinishEvent):
+            self.finished = item
+        return item
+
+    def _done_reading(self) -> bool:
+        return self.finished is not None and not self._items
+
+    def abort(self) -> None:
+        self.engine.abort(self.request_id)
+
+
+class Engine:
+    def __init__(self, runner, policies: dict[str, LanePolicy], limits: SchedulerLimits,
+                 clock: Callable[[], float] = time.monotonic):
+        self.runner = runner
+        self.policies = policies
+        self.scheduler = Scheduler(policies, limits)
+        self.clock = clock
+        self.max_seq_len = runner.info.max_seq_len
+        self.embed_max_tokens = min(runner.info.embed_max_tokens, limits.embed_max_tokens)
+        self.lock = threading.Condition()
+        self.streams: dict[str, RequestStream] = {}
+        self.windows = {name: LaneWindow() for name in policies}
+        self.on_finish: list[Callable[[RequestStats], None]] = []
+        self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0}
+        self._ids = itertools.count()
+        self._accepting = True
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    # ---- lifecycle -------------------------------------------------------------
+
+    def start(self) -> "Engine":
+        self.runner.reset()
+        self._thread = threading.Thread(target=self._loop, name="homeai-engine", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Admit nothing more, end every request with 'abort', and join the loop."""
+        with self.lock:
+            self._accepting = False
+            for request_id in list(self.streams):
+                self._abort_locked(request_id, "abort")
+            self._stop = True
+            self.lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- requests --------------------------------------------------------------
+
+    def submit(self, prompt: str | Sequence[int], *, lane: str = "chat", member: str = "household",
+               params: SamplingParams | None = None, kind: Kind = Kind.GENERATE,
+               loop: asyncio.AbstractEventLoop | None = None) -> RequestStream:
+        """Queue one request; raises InvalidRequest, PromptTooLong, QueueFull or EngineStopped."""
+        policy = self.policies.get(lane)
+        if policy is None:
+            raise InvalidRequest(f"unknown lane {lane!r} (known: {', '.join(self.policies)})", "lane",
+                                 "unknown_lane")
+        params = params or SamplingParams(max_tokens=policy.max_tokens or 256)
+        tokens = self._tokens(prompt, kind)
+        params = self._check(tokens, params, kind)
+        if loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+        request = Request(f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", lane, member, tokens,
+                          self.clock(), kind=kind, params=params)
+        stream = RequestStream(request, self, loop)
+        with self.lock:
+            if not self._accepting:
+                raise EngineStopped("the server is shutting down")
+            try:
+                self.scheduler.add_request(request)
+            except QueueFull:
+                self.counters["rejected"][lane] += 1
+                raise
+            self.streams[request.request_id] = stream
+            self.lock.notify_all()
+        return stream
+
+    def _tokens(self, prompt: str | Sequence[int], kind: Kind) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise InvalidRequest("the prompt is empty", "prompt")
+            return self.runner.tokenize(prompt, embedding=kind is Kind.EMBED)
+        tokens = [int(t) for t in prompt]
+        if not tokens:
+            raise InvalidRequest("the prompt is empty", "prompt")
+        n_vocab = self.runner.info.n_vocab
+        if any(t < 0 or t >= n_vocab for t in tokens):
+            raise InvalidRequest(f"prompt token ids must be in [0, {n_vocab})", "prompt")
+        return tokens
+
+    def _check(self, tokens: list[int], params: SamplingParams, kind: Kind) -> SamplingParams:
+        if kind is Kind.EMBED:
+            if len(tokens) > self.embed_max_tokens:
+                raise PromptTooLong(len(tokens), self.embed_max_tokens)
+            return params
+        limit = self.max_seq_len - 1
+        if len(tokens) > limit:
+            raise PromptTooLong(len(tokens), limit)
+        if params.max_tokens < 1:
+            raise InvalidRequest(f"max_tokens must be at least 1, got {params.max_tokens}", "max_tokens")
+        if params.forced_tokens is not None and len(tokens) + len(params.forced_tokens) > self.max_seq_len:
+            raise PromptTooLong(len(tokens) + len(params.forced_tokens), self.max_seq_len)
+        room = self.max_seq_len - len(tokens)
+        if params.max_tokens > room:  # a long answer ends with "length" at the context's edge
+            params = SamplingParams(**{**params.__dict__, "max_tokens": room})
+        return params
+
+    def abort(self, request_id: str) -> None:
+        with self.lock:
+            self._abort_locked(request_id, "abort")
+            self.lock.notify_all()
+
+    def _abort_locked(self, request_id: str, reason: str) -> None:
+        request = self.scheduler.abort(request_id, reason, self.clock())
+        if request is not None:
+            self._close(request, reason)
+
+    async def generate(self, prompt, **kwargs) -> tuple[str, FinishEvent]:
+        """Run one request to its end; the whole text and the finish event."""
+        stream = self.submit(prompt, **kwargs)
+        parts = []
+        try:
+            async for event in stream:
+                parts.append(event.text)
+        finally:
+            if stream.finished is None:
+                stream.abort()
+        return "".join(parts), stream.finished
+
+    async def embed(self, texts: Sequence[str], *, lane: str = "embeddings", member: str = "household"):
+        """Embed texts through the scheduler (one request each, batched by the lane's window)."""
+        streams = [self.submit(t, lane=lane, member=member, kind=Kind.EMBED) for t in texts]
+        try:
+            finals = [await _last(s) for s in streams]
+        finally:
+            for s in streams:
+                if s.finished is None:
+                    s.abort()
+        for f in finals:
+            if f.reason == "error":
+                raise RuntimeError(f.error or "embedding failed")
+        return [f.embedding for f in finals], sum(f.stats.prompt_tokens for f in finals)
+
+    # ---- the loop --------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while True:
+            with self.lock:
+                if self._stop:
+                    return
+                plan = self.scheduler.schedule(self.clock())
+                if plan.empty and not plan.release and not plan.done:
+                    self.lock.wait(self._idle_timeout())
+                    continue
+            try:
+                result = self.runner.run(plan)
+            except Exception as exc:  # a broken step fails its requests, not the server
+                log.exception("step %d failed", plan.step_id)
+                with self.lock:
+                    self._fail(plan, str(exc))
+                continue
+            with self.lock:
+                self.counters["steps"] += 1
+                self.counters["step_tokens"] += plan.num_tokens
+                outputs = self.scheduler.update(plan, result, self.clock())
+                for output in outputs:
+                    self._deliver(output)
+
+    def _idle_timeout(self) -> float | None:
+        now = self.clock()
+        wake = self.scheduler.next_wakeup(now)
+        return None if wake is None else max(wake - now, 0.0005)
+
+    def _deliver(self, output: Output) -> None:
+        request = output.request
+        stream = self.streams.get(request.request_id)
+        if stream is None:
+            return
+        if output.sample is not None:
+            delta, stopped = stream.text.add(self.runner.piece(output.sample.token))
+            stream.push(TokenEvent(output.sample.token, delta, output.sample.logprob, output.sample.top_logprobs))
+            if stopped and not output.finished:
+                self.scheduler.finish(request.request_id, "stop", self.clock())
+                self._close(request, "stop")
+                return
+        if output.finished:
+            self._close(request, request.finish_reason or "stop")
+
+    def _close(self, request: Request, reason: str, error: str | None = None) -> None:
+        stream = self.streams.pop(request.request_id, None)
+        if stream is None:
+            return
+        stats = RequestStats.of(request, reason, self.clock())
+        stream.push(FinishEvent(reason, stream.text.flush(), stats, request.embedding, error))
+        self.windows[request.lane].add(stats)
+        for callback in self.on_finish:
+            try:
+                callback(stats)
+            except Exception:
+                log.exception("on_finish callback failed")
+
+    def _fail(self, plan: StepPlan, error: str) -> None:
+        for item in [*plan.items, *plan.embed_items]:
+            request = self.scheduler.abort(item.request_id, "error", self.clock())
+            if request is not None:
+                self._close(request, "error", error)
+
+    # ---- what the box is doing -----------------------------------------------------
+
+    def snapshot(self) -> dict:
+        """Each lane's policy and live state, and the KV cache's use."""
+        with self.lock:
+            sched = self.scheduler
+            running = {name: 0 for name in self.policies}
+            for request in sched.running:
+                running[request.lane] += 1
+            lanes = {name: {"policy": _policy_dict(policy), "queued": sched.num_waiting(name),
+                            "running": running[name], "rejected": self.counters["rejected"][name],
+                            **self.windows[name].summary()}
+                     for name, policy in self.policies.items()}
+            kv = {"cells_total": sched.kv.num_cells, "cells_used": sched.kv.num_used_cells,
+                  "seqs_total": sched.limits.num_seqs, "seqs_used": len(sched.kv.allocated)}
+            a, b = sched.cost.coefficients
+            return {"lanes": lanes, "kv": kv, "steps": self.counters["steps"],
+                    "step_cost_ms": {"base": a, "per_token": b}}
+
+
+def _policy_dict(policy: LanePolicy) -> dict:
+    return {k: v for k, v in policy.__dict__.items() if k != "name"}
+
+
+async def _last(stream: RequestStream) -> FinishEvent:
+    async for _ in stream:
+        pass
+    return stream.finished
+
+
+def create_engine(cfg, runner) -> Engine:
+    """An engine over a loaded runner, with the scheduler limits the config and model allow."""
+    m, s = cfg.model, cfg.scheduler
+    limits = SchedulerLimits(
+        num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
+        embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, w_in=s.w_in, w_out=s.w_out,
+        background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms)
+    return Engine(runner, cfg.lanes, limits)

@@ -1,0 +1,342 @@
+"""The runner: the only module that imports llama_cpp.
+
+It loads one model once, holds a generation context (one unified KV cache of `n_ctx`
+cells, `n_seq_max` sequence ids) and an embeddings context (mean pooling, over the same
+weights or a configured embedding GGUF), and turns each `StepPlan` into one
+`llama_decode`: tokens, positions, sequence ids, and logits only on the rows that will be
+sampled. Each request samples with its own llama.cpp sampler chain, kept across
+preemption so a resumed request continues its random stream.
+
+The batch arrays are numpy buffers the `llama_batch` points into, so filling a step is a
+few slice assignments, not a Python loop over tokens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as ll
+import numpy as np
+
+from homeai.config import ModelConfig
+from homeai.sched.request import Sample, SamplingParams
+from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
+
+
+class RunnerError(RuntimeError):
+    """llama.cpp failed in a way the scheduler cannot work around (not a full KV cache)."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    path: str
+    description: str
+    size_bytes: int
+    n_vocab: int
+    n_ctx_train: int
+    n_embd: int
+    n_ctx: int
+    n_seq_max: int
+    max_seq_len: int  # the longest sequence (prompt and output) one request may hold
+    embed_path: str
+    embed_n_embd: int
+    embed_max_tokens: int
+    gpu_offload: bool
+    system_info: str
+
+
+_LOG_KEEP = {ll.GGML_LOG_LEVEL_ERROR} if hasattr(ll, "GGML_LOG_LEVEL_ERROR") else {4}
+
+
+@ll.llama_log_callback
+def _quiet_log(level, text, user_data):  # llama.cpp logs every tensor at load; keep errors
+    if level in _LOG_KEEP:
+        os.write(2, text)
+
+
+_backend_ready = False
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        ll.llama_log_set(_quiet_log, ctypes.c_void_p(0))
+        ll.llama_backend_init()
+        _backend_ready = True
+
+
+def backend_facts() -> dict:
+    """What this llama.cpp build can do, for `homeai doctor`."""
+    _init_backend()
+    info = ll.llama_print_system_info().decode(errors="replace")
+    names = ["CPU"] + [n for n in ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "SYCL") if n.upper() in info.upper()]
+    return {"backends": names, "gpu_offload": bool(ll.llama_supports_gpu_offload()), "system_info": info.strip()}
+
+
+class _Batch:
+    """A llama_batch whose arrays are numpy buffers, one sequence id per token."""
+
+    def __init__(self, capacity: int):
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.n_seq_id = np.ones(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        row = ctypes.POINTER(ctypes.c_int32)
+        base = self.seq.ctypes.data
+        self.seq_ptrs = (row * capacity)(*[ctypes.cast(base + 4 * i, row) for i in range(capacity)])
+        self.c = ll.llama_batch()
+        self.c.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
+        self.c.embd = None
+        self.c.pos = self.pos.ctypes.data_as(ctypes.POINTER(ll.llama_pos))
+        self.c.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        self.c.seq_id = ctypes.cast(self.seq_ptrs, ctypes.POINTER(ctypes.POINTER(ll.llama_seq_id)))
+        self.c.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+
+    def fill(self, rows: list[tuple[int, int, list[int], bool]]) -> list[int]:
+        """Rows are (seq_id, start, tokens, wants_last_logits); returns each row's last index."""
+        n = 0
+        last = []
+        for seq_id, start, tokens, wants in rows:
+            k = len(tokens)
+            self.token[n:n + k] = tokens
+            self.pos[n:n + k] = np.arange(start, start + k, dtype=np.int32)
+            self.seq[n:n + k] = seq_id
+            self.logits[n:n + k] = 0
+            if wants:
+                self.logits[n + k - 1] = 1
+            n += k
+            last.append(n - 1)
+        self.c.n_tokens = n
+        return last
+
+
+def _load_model(path: Path, cfg: ModelConfig):
+    params = ll.llama_model_default_params()
+    params.n_gpu_layers = cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else 2**31 - 1
+    params.use_extra_bufts = cfg.use_extra_bufts
+    model = ll.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise RunnerError(f"llama.cpp could not load the model {path}")
+    return model
+
+
+def _context(model, *, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int, embeddings: bool):
+    params = ll.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = params.n_ubatch = n_batch  # one decode is one ubatch: a failed one keeps nothing
+    params.n_seq_max = n_seq_max
+    params.n_threads = params.n_threads_batch = n_threads
+    params.kv_unified = True
+    params.no_perf = True
+    if embeddings:
+        params.embeddings = True
+        params.pooling_type = ll.LLAMA_POOLING_TYPE_MEAN
+    ctx = ll.llama_init_from_model(model, params)
+    if not ctx:
+        raise RunnerError(f"llama.cpp could not create a context of {n_ctx} cells")
+    return ctx
+
+
+class Runner:
+    def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None):
+        _init_backend()
+        self.cfg = cfg
+        threads = cfg.n_threads or os.cpu_count() or 1
+        self.model = _load_model(model_path, cfg)
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.ctx = _context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
+                            n_threads=threads, embeddings=False)
+        self.memory = ll.llama_get_memory(self.ctx)
+        self.embed_model = _load_model(embedding_path, cfg) if embedding_path else self.model
+        self.embed_ctx = _context(self.embed_model, n_ctx=cfg.embed_n_ctx, n_batch=cfg.embed_n_ctx,
+                                  n_seq_max=cfg.embed_n_seq_max, n_threads=threads, embeddings=True)
+        self.embed_memory = ll.llama_get_memory(self.embed_ctx)
+        self.batch = _Batch(cfg.n_batch)
+        self.embed_batch = _Batch(cfg.embed_n_ctx)
+        self.samplers: dict[str, object] = {}
+        self._pieces: dict[int, bytes] = {}
+        self.info = self._info(model_path, embedding_path)
+
+    def _info(self, model_path: Path, embedding_path: Path | None) -> ModelInfo:
+        desc = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self.model, desc, 256)
+        n_ctx_train = ll.llama_model_n_ctx_train(self.model)
+        return ModelInfo(
+            path=str(model_path), description=desc.value.decode(errors="replace"),
+            size_bytes=ll.llama_model_size(self.model), n_vocab=self.n_vocab, n_ctx_train=n_ctx_train,
+            n_embd=ll.llama_model_n_embd(self.model), n_ctx=self.cfg.n_ctx, n_seq_max=self.cfg.n_seq_max,
+            max_seq_len=min(self.cfg.n_ctx, n_ctx_train),
+            embed_path=str(embedding_path or model_path), embed_n_embd=ll.llama_model_n_embd(self.embed_model),
+            embed_max_tokens=self.cfg.embed_n_ctx, gpu_offload=bool(ll.llama_supports_gpu_offload()),
+            system_info=ll.llama_print_system_info().decode(errors="replace").strip())
+
+    # ---- text ------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, embedding: bool = False) -> list[int]:
+        vocab = ll.llama_model_get_vocab(self.embed_model) if embedding else self.vocab
+        data = text.encode("utf-8")
+        capacity = len(data) + 16
+        buf = (ll.llama_token * capacity)()
+        n = ll.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, True)
+        if n < 0:
+            buf = (ll.llama_token * -n)()
+            n = ll.llama_tokenize(vocab, data, len(data), buf, -n, add_special, True)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """A token's bytes; special tokens (end of turn, ...) render as nothing."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict]) -> str:
+        """Render messages with the model's own chat template, ending at the assistant's turn."""
+        template = ll.llama_model_chat_template(self.model, None) or b"chatml"
+        encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
+        chat = (ll.llama_chat_message * len(encoded))(*[ll.llama_chat_message(r, c) for r, c in encoded])
+        size = 2 * sum(len(r) + len(c) for r, c in encoded) + 256
+        buf = ctypes.create_string_buffer(size)
+        n = ll.llama_chat_apply_template(template, chat, len(encoded), True, buf, size)
+        if n > size:
+            buf = ctypes.create_string_buffer(n)
+            n = ll.llama_chat_apply_template(template, chat, len(encoded), True, buf, n)
+        if n < 0:
+            raise RunnerError("the model's chat template could not be applied")
+        return buf.raw[:n].decode("utf-8", errors="replace")
+
+    # ---- one step --------------------------------------------------------------
+
+    def run(self, plan: StepPlan) -> StepResult:
+        start = time.perf_counter()
+        for seq_id in plan.release:
+            ll.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+        for request_id in plan.done:
+            self._free_sampler(request_id)
+        result = StepResult()
+        if plan.items:
+            self._generate(plan.items, result)
+        if plan.embed_items and not result.no_kv_slot:
+            self._embed(plan.embed_items, result)
+        result.elapsed_ms = (time.perf_counter() - start) * 1000.0
+        return result
+
+    def _generate(self, items: list[ScheduledItem], result: StepResult) -> None:
+        rows = self.batch.fill([(i.seq_id, i.start, i.tokens, i.sample) for i in items])
+        rc = ll.llama_decode(self.ctx, self.batch.c)
+        if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
+            result.no_kv_slot = True
+            return
+        if rc != 0:
+            raise RunnerError(f"llama_decode failed with code {rc}")
+        for item, row in zip(items, rows):
+            if item.sample:
+                result.samples[item.request_id] = self._sample(item, row)
+
+    def _sample(self, item: ScheduledItem, row: int) -> Sample:
+        params = item.params or SamplingParams()
+        sampler = self._sampler(item.request_id, params)
+        if item.forced is not None:
+            token = item.forced
+            ll.llama_sampler_accept(sampler, token)
+        else:
+            token = ll.llama_sampler_sample(sampler, self.ctx, row)
+        logits = None
+        if params.logprobs is not None or params.record_logits:
+            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
+        sample = Sample(token=token, is_eog=bool(ll.llama_vocab_is_eog(self.vocab, token)))
+        if logits is None:
+            return sample
+        logprob, top = None, ()
+        if params.logprobs is not None:
+            logprob, top = log_probs(logits, token, params.logprobs)
+        return Sample(sample.token, sample.is_eog, logprob, top, logits.copy() if params.record_logits else None)
+
+    def _sampler(self, request_id: str, params: SamplingParams):
+        sampler = self.samplers.get(request_id)
+        if sampler is None:
+            sampler = self.samplers[request_id] = build_sampler(params, self.n_vocab)
+        return sampler
+
+    def _free_sampler(self, request_id: str) -> None:
+        sampler = self.samplers.pop(request_id, None)
+        if sampler is not None:
+            ll.llama_sampler_free(sampler)
+
+    def _embed(self, items: list[ScheduledItem], result: StepResult) -> None:
+        ll.llama_memory_clear(self.embed_memory, True)
+        rows = [(seq, 0, item.tokens, True) for seq, item in enumerate(items)]
+        self.embed_batch.fill(rows)
+        self.embed_batch.logits[: self.embed_batch.c.n_tokens] = 1
+        rc = ll.llama_decode(self.embed_ctx, self.embed_batch.c)
+        if rc != 0:
+            raise RunnerError(f"embedding llama_decode failed with code {rc}")
+        n_embd = ll.llama_model_n_embd(self.embed_model)
+        for seq, item in enumerate(items):
+            ptr = ll.llama_get_embeddings_seq(self.embed_ctx, seq)
+            vec = np.ctypeslib.as_array(ptr, shape=(n_embd,)).astype(np.float32)
+            norm = float(np.linalg.norm(vec))
+            result.embeddings[item.request_id] = vec / norm if norm > 0 else vec
+
+    def reset(self) -> None:
+        """Forget every sequence and sampler (a new engine starts from an empty cache)."""
+        for request_id in list(self.samplers):
+            self._free_sampler(request_id)
+        ll.llama_memory_clear(self.memory, True)
+        ll.llama_memory_clear(self.embed_memory, True)
+
+    def close(self) -> None:
+        for request_id in list(self.samplers):
+            self._free_sampler(request_id)
+        ll.llama_free(self.embed_ctx)
+        ll.llama_free(self.ctx)
+        if self.embed_model is not self.model:
+            ll.llama_model_free(self.embed_model)
+        ll.llama_model_free(self.model)
+
+
+def build_sampler(params: SamplingParams, n_vocab: int):
+    """One request's sampler chain: penalties, then greedy or top-k/top-p/min-p/temperature/dist."""
+    chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    if params.repeat_penalty != 1.0:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(64, params.repeat_penalty, 0.0, 0.0))
+    if params.temperature <= 0:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+        return chain
+    if params.top_k > 0:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(params.top_k))
+    if params.top_p < 1.0:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(params.top_p, 1))
+    if params.min_p > 0:
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_min_p(params.min_p, 1))
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(params.temperature))
+    seed = params.seed if params.seed is not None else random.getrandbits(32)
+    ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+    return chain
+
+
+def log_probs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """The chosen token's log-probability and the top k, from raw logits (vectorised)."""
+    top = float(logits.max())
+    lse = top + float(np.log(np.exp(logits - top, dtype=np.float64).sum()))
+    chosen = float(logits[token]) - lse
+    if k <= 0:
+        return chosen, ()
+    idx = np.argpartition(logits, -k)[-k:]
+    idx = idx[np.argsort(-logits[idx])]
+    return chosen, tuple((int(i), float(logits[i]) - lse) for i in idx)

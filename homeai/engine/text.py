@@ -1,0 +1,36 @@
+"""Token bytes to text for one request: incremental UTF-8 and stop strings held back until sure."""
+
+from __future__ import annotations
+
+import codecs
+
+
+class TextStream:
+    def __init__(self, stop: tuple[str, ...] = ()):
+        self.stop = tuple(s for s in stop if s)
+        self.hold = max((len(s) for s in self.stop), default=1) - 1
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.text = ""
+        self.sent = 0
+
+    def add(self, piece: bytes) -> tuple[str, bool]:
+        """Feed a token's bytes; the text now safe to send, and whether a stop string ended it."""
+        self.text += self.decoder.decode(piece)
+        for s in self.stop:
+            idx = self.text.find(s, max(self.sent - len(s) + 1, 0))
+            if idx >= 0:
+                self.text = self.text[:idx]
+                return self._take(len(self.text)), True
+        return self._take(len(self.text) - self.hold), False
+
+    def flush(self) -> str:
+        """The rest of the text at the end of the request."""
+        self.text += self.decoder.decode(b"", final=True)
+        return self._take(len(self.text))
+
+    def _take(self, end: int) -> str:
+        if end <= self.sent:
+            return ""
+        delta = self.text[self.sent:end]
+        self.sent = end
+        return delta

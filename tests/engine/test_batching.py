@@ -1,0 +1,166 @@
+"""Batching must not change what a request computes beyond floating-point noise (real model).
+
+llama.cpp's CPU kernels are not batch-invariant, so greedy text may part ways at a near
+tie: the tests teacher-force the tokens of a solo run through the same request inside a
+batch and compare next-token distributions position by position.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from homeai.sched.request import Request, SamplingParams
+from homeai.sched.scheduler import Scheduler, SchedulerLimits
+from lanes import DEFAULT_POLICIES
+
+QUESTIONS = [
+    "Explain why the sky is blue in two sentences.",
+    "List three fruits that are red.",
+    "What is the boiling point of water at sea level?",
+    "Write a short poem about a cat sleeping in the sun, with a title.",
+    "Translate 'good morning' into French and Spanish.",
+    "Give me a recipe idea for dinner using rice and beans.",
+    "Why do leaves change colour in autumn? Answer in detail, covering chlorophyll, carotenoids and anthocyanins.",
+]
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - m - np.log(np.exp(x - m).sum())
+
+
+def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
+    lp, lq = log_softmax(p_logits), log_softmax(q_logits)
+    return float((np.exp(lp) * (lp - lq)).sum())
+
+
+def drive(runner, requests_by_step: dict[int, list[Request]], max_step_tokens=64, num_seqs=16):
+    """Run the real scheduler and runner, adding requests at given step numbers, until all finish."""
+    runner.reset()
+    limits = SchedulerLimits(num_cells=4096, num_seqs=num_seqs, max_step_tokens=max_step_tokens,
+                             embed_max_tokens=1024, embed_max_seqs=16, min_chunk=8)
+    policies = {name: p.__class__(**{**p.__dict__, "window_ms": 0.0}) for name, p in DEFAULT_POLICIES.items()}
+    sched = Scheduler(policies, limits)
+    everything = [r for rs in requests_by_step.values() for r in rs]
+    for step_no in range(10_000):
+        for request in requests_by_step.get(step_no, []):
+            sched.add_request(request)
+        if step_no > max(requests_by_step) and not sched.has_work():
+            break
+        plan = sched.schedule(float(step_no))
+        sched.update(plan, runner.run(plan), float(step_no) + 0.5)
+    assert all(r.finished for r in everything)
+    return sched
+
+
+def prompt(runner, question: str) -> list[int]:
+    return runner.tokenize(runner.apply_chat_template([{"role": "user", "content": question}]))
+
+
+def solo_run(runner, tokens: list[int], n: int) -> tuple[list[int], list[np.ndarray]]:
+    request = Request("solo", "chat", "a", tokens, 0.0,
+                      params=SamplingParams(temperature=0, max_tokens=n, record_logits=True))
+    drive(runner, {0: [request]}, max_step_tokens=256)
+    return request.output_tokens, [s.logits for s in request.samples]
+
+
+def batched_run(runner, tokens, forced, *, others_tokens) -> list[np.ndarray]:
+    target = Request("target", "chat", "a", tokens, 0.0,
+                     params=SamplingParams(forced_tokens=tuple(forced), record_logits=True))
+    others = [Request(f"o{i}", "chat" if i % 2 else "summaries", f"m{i}", t, 0.0,
+                      params=SamplingParams(temperature=0.7, seed=i, max_tokens=20 + 5 * i))
+              for i, t in enumerate(others_tokens)]
+    # Others arrive before, with and after the target, so it decodes beside sequences mid-prefill.
+    schedule = {0: others[:3], 2: [target], 4: others[3:5], 9: others[5:]}
+    drive(runner, schedule, max_step_tokens=64)
+    assert target.output_tokens == list(forced)
+    return [s.logits for s in target.samples]
+
+
+def compare(solo_logits, batched_logits):
+    kls = [kl(a, b) for a, b in zip(solo_logits, batched_logits)]
+    clear = [(a, b) for a, b in zip(solo_logits, batched_logits) if np.diff(np.sort(a)[-2:])[0] > 2.0]
+    agree = [int(np.argmax(a)) == int(np.argmax(b)) for a, b in clear]
+    return float(np.mean(kls)), agree
+
+
+@pytest.fixture(scope="module")
+def solo(runner):
+    tokens = prompt(runner, "Tell me about the planet Mars and why it looks red.")
+    forced, logits = solo_run(runner, tokens, 32)
+    return tokens, forced, logits
+
+
+def test_batched_distributions_match_solo_within_noise(runner, solo):
+    tokens, forced, solo_logits = solo
+    others = [prompt(runner, q) for q in QUESTIONS] + [prompt(runner, " ".join(QUESTIONS))]
+    batched_logits = batched_run(runner, tokens, forced, others_tokens=others)
+    mean_kl, agree = compare(solo_logits, batched_logits)
+    assert len(batched_logits) == len(solo_logits) == 32
+    assert mean_kl < 0.02, mean_kl
+    assert agree and all(agree), f"top token differs where the solo gap is clear: {agree}"
+
+
+def test_the_comparison_catches_a_wrong_logits_row(runner, solo, monkeypatch):
+    """Plant a bug (each sequence reads the logits row before its own) and see the test catch it."""
+    tokens, forced, solo_logits = solo
+    original = runner.batch.fill
+
+    def off_by_one(rows):
+        last = original(rows)
+        runner.batch.logits[: runner.batch.c.n_tokens] = 1
+        return [max(row - 1, 0) for row in last]
+
+    monkeypatch.setattr(runner.batch, "fill", off_by_one)
+    others = [prompt(runner, q) for q in QUESTIONS[:4]]
+    try:
+        batched_logits = batched_run(runner, tokens, forced, others_tokens=others)
+    finally:
+        monkeypatch.undo()
+        runner.reset()
+    mean_kl, agree = compare(solo_logits, batched_logits)
+    assert mean_kl > 0.2, f"the planted bug went unnoticed (mean KL {mean_kl})"
+
+
+def test_preempted_request_resumes_with_exactly_its_tokens(runner, make_engine):
+    """A background answer preempted by a chat continues from the tokens it had, none lost or repeated."""
+    background_prompt = prompt(runner, "Describe a long walk through a forest in autumn. " * 12)
+    chat_prompt = prompt(runner, "Name a planet. " * 50)
+    # Room for both prompts but not for the background's answer too: the chat must preempt.
+    engine = make_engine(num_cells=len(background_prompt) + len(chat_prompt) + 5, num_seqs=4)
+    params = SamplingParams(temperature=0.8, seed=7, max_tokens=60)
+    stream = engine.submit(background_prompt, lane="summaries", params=params)
+    events = []
+    chat_streams = []
+    for event in stream:
+        events.append(event)
+        if len(events) == 10:  # mid-answer: chats that need the background's cells
+            chat_streams = [engine.submit(chat_prompt, lane="chat",
+                                          params=SamplingParams(temperature=0, max_tokens=5))]
+    request = stream.request
+    for s in chat_streams:
+        list(s)
+    assert stream.finished.reason == "length" and request.num_preemptions >= 1
+    streamed = [e.token for e in events if hasattr(e, "token")]
+    assert streamed == request.output_tokens and len(streamed) == 60
+    assert "".join(e.text for e in events) == runner.detokenize(request.output_tokens)
+
+
+def test_preempted_distributions_match_the_uninterrupted_run(runner, solo, make_engine):
+    tokens, forced, solo_logits = solo
+    chat_prompt = prompt(runner, "Count to ten. " * 30)
+    engine = make_engine(num_cells=len(tokens) + len(chat_prompt) + 4, num_seqs=4)
+    stream = engine.submit(tokens, lane="summaries",
+                           params=SamplingParams(forced_tokens=tuple(forced), record_logits=True))
+    seen = 0
+    for event in stream:
+        seen += 1
+        if seen == 8:
+            chat = engine.submit(chat_prompt, lane="chat",
+                                 params=SamplingParams(temperature=0, max_tokens=4))
+    list(chat)
+    assert stream.request.num_preemptions >= 1
+    mean_kl, agree = compare(solo_logits, [s.logits for s in stream.request.samples])
+    assert mean_kl < 0.02 and all(agree)

@@ -1,0 +1,121 @@
+"""Members and tokens: adding, listing, revoking, authenticating, hashing."""
+
+import hashlib
+
+import pytest
+
+from homeai.store import members
+from homeai.store.models import Token
+
+
+def test_add_member_returns_a_token_that_authenticates(session):
+    member, token = members.add_member(session, name="alice", admin=True)
+    assert token.startswith("hai_") and len(token) > 40
+    assert member.role == "admin" and member.is_admin
+    assert members.authenticate(session, token).id == member.id
+
+
+def test_members_are_not_admins_by_default(session):
+    member, _ = members.add_member(session, name="bob")
+    assert member.role == "member" and not member.is_admin
+
+
+def test_wrong_or_missing_token_fails(session):
+    _, token = members.add_member(session, name="alice")
+    assert members.authenticate(session, token + "x") is None
+    assert members.authenticate(session, "hai_" + "A" * 43) is None
+    assert members.authenticate(session, token[:-1]) is None
+    assert members.authenticate(session, "") is None
+    assert members.authenticate(session, None) is None
+
+
+def test_authenticate_records_last_use(session):
+    _, token = members.add_member(session, name="alice")
+    row = session.query(Token).one()
+    assert row.last_used_at is None
+    members.authenticate(session, token)
+    assert row.last_used_at is not None
+
+
+def test_revoked_token_fails(session):
+    _, token = members.add_member(session, name="alice")
+    assert members.revoke(session, name="alice") == 1
+    assert members.authenticate(session, token) is None
+
+
+def test_revoke_one_token_by_prefix_keeps_the_others(session):
+    _, first = members.add_member(session, name="alice")
+    second = members.add_token(session, name="alice")
+    assert members.revoke(session, prefix=first[:members.PREFIX_LEN]) == 1
+    assert members.authenticate(session, first) is None
+    assert members.authenticate(session, second).name == "alice"
+    assert members.revoke(session, prefix=first[:members.PREFIX_LEN]) == 0
+
+
+def test_revoke_by_name_counts_only_active_tokens(session):
+    members.add_member(session, name="alice")
+    members.add_token(session, name="alice")
+    members.add_token(session, name="alice")
+    members.add_member(session, name="bob")
+    assert members.revoke(session, name="alice") == 3
+    assert members.revoke(session, name="alice") == 0
+    listed = {m.name: m.active_prefixes for m in members.list_members(session)}
+    assert listed["alice"] == [] and len(listed["bob"]) == 1
+
+
+def test_revoke_needs_a_target_and_known_names(session):
+    members.add_member(session, name="alice")
+    with pytest.raises(ValueError, match="name"):
+        members.revoke(session)
+    with pytest.raises(ValueError, match="no member named 'carol'"):
+        members.revoke(session, name="carol")
+    with pytest.raises(ValueError, match="no token with prefix"):
+        members.revoke(session, prefix="hai_nothere")
+
+
+def test_list_members_shows_active_prefixes(session):
+    _, a1 = members.add_member(session, name="alice")
+    a2 = members.add_token(session, name="alice")
+    members.revoke(session, prefix=a1[:members.PREFIX_LEN])
+    members.add_member(session, name="bob", admin=True)
+    listed = members.list_members(session)
+    assert [(m.name, m.role) for m in listed] == [("alice", "member"), ("bob", "admin")]
+    assert listed[0].active_prefixes == [a2[:members.PREFIX_LEN]]
+    assert len(listed[1].active_prefixes) == 1
+
+
+def test_duplicate_and_unknown_names_raise(session):
+    members.add_member(session, name="alice")
+    with pytest.raises(ValueError, match="already exists"):
+        members.add_member(session, name="alice")
+    with pytest.raises(ValueError, match="already exists"):
+        members.add_member(session, name="  alice ")
+    with pytest.raises(ValueError, match="no member named"):
+        members.add_token(session, name="carol")
+    with pytest.raises(ValueError, match="no member named"):
+        members.remove_member(session, name="carol")
+    with pytest.raises(ValueError, match="empty"):
+        members.add_member(session, name="   ")
+
+
+def test_tokens_are_stored_only_as_hashes(new_session, db_path):
+    with new_session() as s:
+        _, token = members.add_member(s, name="alice-the-member")
+        extra = members.add_token(s, name="alice-the-member")
+        stored = {t.token_hash for t in s.query(Token)}
+    assert stored == {hashlib.sha256(t.encode()).hexdigest() for t in (token, extra)}
+    files = b"".join(p.read_bytes() for p in db_path.parent.glob("homeai.db*"))
+    # The controls prove the bytes we search are where the rows went.
+    assert b"alice-the-member" in files
+    assert hashlib.sha256(token.encode()).hexdigest().encode() in files
+    assert token.encode() not in files
+    assert extra.encode() not in files
+    assert token[members.PREFIX_LEN:].encode() not in files
+
+
+def test_default_member_is_an_admin_made_once(session):
+    first = members.ensure_default_member(session)
+    second = members.ensure_default_member(session)
+    assert first.id == second.id
+    assert (first.name, first.role) == ("household", "admin")
+    assert [m.name for m in members.list_members(session)] == ["household"]
