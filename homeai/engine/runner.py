@@ -259,7 +259,8 @@ class Runner:
         logits = None
         if params.logprobs is not None or params.record_logits:
             logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
-        sample = Sample(token=token, is_eog=bool(ll.llama_vocab_is_eog(self.vocab, token)))
+        is_eog = not params.ignore_eos and bool(ll.llama_vocab_is_eog(self.vocab, token))
+        sample = Sample(token=token, is_eog=is_eog)
         if logits is None:
             return sample
         logprob, top = None, ()
@@ -340,3 +341,28 @@ def log_probs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tupl
     idx = np.argpartition(logits, -k)[-k:]
     idx = idx[np.argsort(-logits[idx])]
     return chosen, tuple((int(i), float(logits[i]) - lse) for i in idx)
+
+
+def raw_batched_decode(runner: Runner, prompts: list[list[int]], num_steps: int) -> dict:
+    """A bare low-level loop (one batch, greedy, no scheduler) as the yardstick for `homeai bench engine`."""
+    runner.reset()
+    n = len(prompts)
+    start = time.perf_counter()
+    rows = runner.batch.fill([(seq, 0, p, True) for seq, p in enumerate(prompts)])
+    if ll.llama_decode(runner.ctx, runner.batch.c) != 0:
+        raise RunnerError("raw prefill failed")
+    samplers = [ll.llama_sampler_init_greedy() for _ in range(n)]
+    positions = [len(p) for p in prompts]
+    tokens = [ll.llama_sampler_sample(s, runner.ctx, r) for s, r in zip(samplers, rows)]
+    prefill_s = time.perf_counter() - start
+    for _ in range(num_steps - 1):
+        rows = runner.batch.fill([(seq, positions[seq], [tokens[seq]], True) for seq in range(n)])
+        if ll.llama_decode(runner.ctx, runner.batch.c) != 0:
+            raise RunnerError("raw decode failed")
+        positions = [p + 1 for p in positions]
+        tokens = [ll.llama_sampler_sample(s, runner.ctx, r) for s, r in zip(samplers, rows)]
+    elapsed = time.perf_counter() - start
+    for s in samplers:
+        ll.llama_sampler_free(s)
+    runner.reset()
+    return {"seconds": elapsed, "prefill_seconds": prefill_s, "tokens": n * num_steps}

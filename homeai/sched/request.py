@@ -36,6 +36,7 @@ class SamplingParams:
     logprobs: int | None = None  # None: none; k: the chosen token's logprob and the top k
     forced_tokens: tuple[int, ...] | None = None  # teacher forcing: output these tokens, for evaluation
     record_logits: bool = False  # keep each sampled row's logits (evaluation and tests)
+    ignore_eos: bool = False  # keep going past end-of-generation tokens (benchmarks)
 
 
 @dataclass(frozen=True)

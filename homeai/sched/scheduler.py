@@ -114,6 +114,8 @@ class Scheduler:
         self._bg_credit = 0.0  # deficit counter: background tokens owed under interactive load
         self._shrink = 1.0  # < 1 after llama.cpp found no KV slot
         self._plan: StepPlan | None = None  # the plan being built, while schedule() runs
+        self._num_decoding = 0  # sequences decoding this step: each needs one more cell
+        self._failed_need = {True: math.inf, False: math.inf}  # per class, the smallest refused admission
 
     # ---- requests in and out -------------------------------------------------------
 
@@ -161,13 +163,15 @@ class Scheduler:
         self.fair.set_backlogged({r.key for r in self.requests.values()})
         decoding = sorted((r for r in self.running if r.is_decoding),
                           key=lambda r: not self.policies[r.lane].interactive)
+        self._num_decoding = len(decoding)
+        self._failed_need = {True: math.inf, False: math.inf}
         plan.budget = self._budget(decoding)
         for request in decoding:
             self._grow(request, request.num_computed_tokens + 1)  # may preempt, itself included
         plan.items = [self._item(r, 1) for r in decoding if r.status is Status.RUNNING]
         left = plan.budget - len(plan.items)
         reserve = 0
-        if self._candidates(now, interactive=False):
+        if self._has_background_work(now):
             reserve = max(int(self.limits.background_min_share * plan.budget), self.limits.min_chunk)
             self._bg_credit = min(self._bg_credit + reserve, self.limits.embed_max_tokens)
         else:
@@ -214,13 +218,24 @@ class Scheduler:
             if self.policies[request.lane].interactive == interactive and not request.is_decoding:
                 out.setdefault(request.key, deque()).append(request)
         for lane, queue in self.waiting.items():
-            if self.policies[lane].interactive != interactive:
+            if self.policies[lane].interactive != interactive or not queue:
                 continue
+            cutoff = self._lane_cutoff(lane, now)
             for request in queue:
-                if self._eligible_at(request) > now:
+                if request.arrival_time > cutoff and not request.num_preemptions:
                     break  # a lane's queue is in arrival order, and so is eligibility
                 out.setdefault(request.key, deque()).append(request)
         return out
+
+    def _has_background_work(self, now: float) -> bool:
+        if any(not self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
+            return True
+        return any(queue and (queue[0].arrival_time <= self._lane_cutoff(lane, now) or queue[0].num_preemptions)
+                   for lane, queue in self.waiting.items() if not self.policies[lane].interactive)
+
+    def _lane_cutoff(self, lane: str, now: float) -> float:
+        """Requests of this lane that arrived by this time are eligible now."""
+        return now - (self._eligible_at_for(lane, 0.0))
 
     def _place(self, plan: StepPlan, request: Request, room: int) -> int:
         """Schedule part of a request within `room` tokens; the tokens placed (0: cannot)."""
@@ -272,20 +287,27 @@ class Scheduler:
     # ---- KV admission and preemption ---------------------------------------------------
 
     def _admit(self, request: Request) -> bool:
-        need = request.num_tokens
-        headroom = sum(1 for r in self.running if r.is_decoding)
         interactive = self.policies[request.lane].interactive
-        while True:
-            reserve = self._background_seq_reserve() if interactive else 0
-            if self.kv.can_admit(need, headroom) and len(self.kv.free_seq_ids) > reserve:
-                break
+        if request.num_tokens >= self._failed_need[interactive]:
+            return False  # a smaller request of this class already could not get in this step
+        while not self._fits(request.num_tokens, interactive):
             if not interactive or not self._preempt_background():
+                self._failed_need[interactive] = request.num_tokens
                 return False
         self.waiting[request.lane].remove(request)
-        request.seq_id = self.kv.admit(need)
+        request.seq_id = self.kv.admit(request.num_tokens)
         request.status = Status.RUNNING
         request.admitted_time = request.admitted_time or self._now
         self.running.append(request)
+        return True
+
+    def _fits(self, num_cells: int, interactive: bool) -> bool:
+        """A free sequence id and cells for it, leaving a cell per decoding sequence for the next step."""
+        num_free = len(self.kv.free_seq_ids)
+        if not num_free or not self.kv.can_admit(num_cells, self._num_decoding):
+            return False
+        if interactive:
+            return num_free > self._background_seq_reserve()
         return True
 
     def _background_share(self) -> tuple[int, int, int, int]:
@@ -298,6 +320,8 @@ class Scheduler:
 
     def _background_seq_reserve(self) -> int:
         """Sequence ids kept free for backlogged background work below its minimum share."""
+        if len(self.kv.free_seq_ids) > self.limits.num_seqs * self.limits.background_min_share + 1:
+            return 0  # more free than any reserve could ask: skip the scan
         waiting = any(r.kind is Kind.GENERATE for lane, q in self.waiting.items()
                       if not self.policies[lane].interactive for r in q)
         if not waiting:
@@ -426,6 +450,8 @@ class Scheduler:
     def _eligible_at(self, request: Request) -> float:
         if request.num_preemptions:
             return request.arrival_time
-        policy = self.policies[request.lane]
-        return eligible_at(policy, request.arrival_time, engine_busy=bool(self.running),
-                           num_queued=len(self.waiting[request.lane]))
+        return self._eligible_at_for(request.lane, request.arrival_time)
+
+    def _eligible_at_for(self, lane: str, arrival: float) -> float:
+        return eligible_at(self.policies[lane], arrival, engine_busy=bool(self.running),
+                           num_queued=len(self.waiting[lane]))

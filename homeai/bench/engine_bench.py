@@ -1,0 +1,87 @@
+"""`homeai bench engine`: decode throughput of the engine beside a raw low-level loop, and planning cost.
+
+Run: `homeai bench engine [--seqs 1,4,8,16] [--tokens 64]`. Both sides decode the same
+prompts on the same loaded model in the same run, greedy, past end-of-generation, so the
+ratio measures what the scheduler, the engine thread and the streams cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from homeai.engine.engine import Engine
+from homeai.engine.runner import Runner, raw_batched_decode
+from homeai.sched.request import Request, Sample, SamplingParams
+from homeai.sched.scheduler import Scheduler, SchedulerLimits, StepResult
+from lanes import DEFAULT_POLICIES
+
+QUESTIONS = ["Tell me a story about a dragon.", "What is the weather like on Mars?",
+             "Explain photosynthesis.", "Write a limerick about cheese."]
+
+
+def _prompts(runner: Runner, n: int) -> list[list[int]]:
+    texts = [QUESTIONS[i % len(QUESTIONS)] + f" (#{i})" for i in range(n)]
+    return [runner.tokenize(runner.apply_chat_template([{"role": "user", "content": t}])) for t in texts]
+
+
+async def _engine_run(engine: Engine, prompts: list[list[int]], num_tokens: int) -> dict:
+    params = SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True)
+    start = time.perf_counter()
+    texts = await asyncio.gather(*[engine.generate(p, lane="chat", params=params) for p in prompts])
+    elapsed = time.perf_counter() - start
+    return {"seconds": elapsed, "tokens": sum(f.stats.output_tokens for _, f in texts)}
+
+
+def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress=None) -> list[dict]:
+    rows = []
+    for n in seqs:
+        prompts = _prompts(engine.runner, n)
+        ours = asyncio.run(_engine_run(engine, prompts, num_tokens))
+        with engine.lock:  # the engine is idle between runs: borrow its runner for the raw loop
+            raw = raw_batched_decode(engine.runner, prompts, num_tokens)
+        rows.append({"seqs": n, "homeai_tok_s": ours["tokens"] / ours["seconds"],
+                     "raw_tok_s": raw["tokens"] / raw["seconds"],
+                     "ratio": (ours["tokens"] / ours["seconds"]) / (raw["tokens"] / raw["seconds"])})
+        if progress:
+            progress(rows[-1])
+    return rows
+
+
+def planning_cost(num_waiting: int = 256, num_running: int = 64, steps: int = 200) -> dict:
+    """Mean schedule()+update() time with a full house, no model (fake samples)."""
+    limits = SchedulerLimits(num_cells=65536, num_seqs=num_running, max_step_tokens=512,
+                             embed_max_tokens=2048, embed_max_seqs=64)
+    policies = {k: p.__class__(**{**p.__dict__, "max_queue": 10_000}) for k, p in DEFAULT_POLICIES.items()}
+    sched = Scheduler(policies, limits)
+    lanes = ["chat", "voice", "summaries"]
+    for i in range(num_running + num_waiting):
+        lane = lanes[i % 3]
+        sched.add_request(Request(f"r{i}", lane, f"m{i % 7}", [1 + (i % 50)] * 64, 0.0,
+                                  params=SamplingParams(max_tokens=100_000)))
+    now = 1.0
+    for _ in range(20):  # warm up until the running set is full and decoding
+        plan = sched.schedule(now)
+        sched.update(plan, _fake(plan), now)
+        now += 0.01
+    start = time.perf_counter()
+    for _ in range(steps):
+        plan = sched.schedule(now)
+        sched.update(plan, _fake(plan), now)
+        now += 0.01
+    per_step = (time.perf_counter() - start) / steps
+    return {"waiting": sum(len(q) for q in sched.waiting.values()), "running": len(sched.running),
+            "ms_per_step": per_step * 1000}
+
+
+def _fake(plan) -> StepResult:
+    return StepResult(samples={i.request_id: Sample(7) for i in plan.items if i.sample}, elapsed_ms=50.0)
+
+
+def report(rows: list[dict], plan_cost: dict) -> str:
+    lines = ["| sequences | homeai tok/s | raw loop tok/s | homeai / raw |", "|---:|---:|---:|---:|"]
+    lines += [f"| {r['seqs']} | {r['homeai_tok_s']:.1f} | {r['raw_tok_s']:.1f} | {r['ratio']:.2f} |" for r in rows]
+    lines.append("")
+    lines.append(f"scheduler planning: {plan_cost['ms_per_step']:.3f} ms per step with "
+                 f"{plan_cost['waiting']} waiting and {plan_cost['running']} running")
+    return "\n".join(lines)

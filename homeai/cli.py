@@ -1,0 +1,149 @@
+"""The `homeai` command: serve, doctor, members, bench, index.
+
+    homeai serve [--config FILE] [--host H] [--port P]
+    homeai doctor [--config FILE]
+    homeai members add NAME [--admin] | list | revoke NAME | revoke --prefix PREFIX
+    homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
+
+The config file comes from --config, else $HOMEAI_CONFIG, else the built-in defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from homeai import config as config_mod
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        cfg = config_mod.load(config_mod.resolve_path(args.config))
+        return args.func(cfg, args) or 0
+    except config_mod.ConfigError as e:
+        print(f"homeai: config error: {e}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="homeai", description="A home AI server: one model, the whole household.")
+    parser.add_argument("--config", help="TOML config file (default: $HOMEAI_CONFIG, else built-in defaults)")
+    sub = parser.add_subparsers(dest="command")
+
+    serve = sub.add_parser("serve", help="run the server")
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8700)")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=cmd_serve)
+
+    doctor = sub.add_parser("doctor", help="why is it slow or broken? print what will be used")
+    doctor.set_defaults(func=cmd_doctor)
+
+    members = sub.add_parser("members", help="household members and their tokens")
+    msub = members.add_subparsers(dest="action", required=True)
+    add = msub.add_parser("add", help="add a member and print a new token")
+    add.add_argument("name")
+    add.add_argument("--admin", action="store_true")
+    token = msub.add_parser("token", help="print one more token for a member")
+    token.add_argument("name")
+    msub.add_parser("list", help="list members and their token prefixes")
+    revoke = msub.add_parser("revoke", help="revoke all tokens of a member, or one by prefix")
+    revoke.add_argument("name", nargs="?")
+    revoke.add_argument("--prefix")
+    members.set_defaults(func=cmd_members)
+
+    bench = sub.add_parser("bench", help="benchmarks (see docs/benchmarks.md)")
+    bsub = bench.add_subparsers(dest="workload", required=True)
+    engine = bsub.add_parser("engine", help="decode tok/s vs a raw llama.cpp loop; scheduler planning cost")
+    engine.add_argument("--seqs", default="1,4,8,16")
+    engine.add_argument("--tokens", type=int, default=64)
+    bench.set_defaults(func=cmd_bench)
+    # Subcommands also take --config after their name.
+    for p in (serve, doctor, members, bench, engine, add, token, revoke):
+        p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return parser
+
+
+def cmd_serve(cfg: config_mod.Config, args) -> int:
+    import uvicorn
+
+    from homeai.api.app import create_app
+
+    cfg = config_mod.with_overrides(cfg, host=args.host, port=args.port)
+    print(f"homeai: serving on http://{cfg.server.host}:{cfg.server.port} (config: {cfg.source})", flush=True)
+    uvicorn.run(create_app(cfg), host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
+                timeout_graceful_shutdown=10)
+    return 0
+
+
+def cmd_doctor(cfg: config_mod.Config, args) -> int:
+    from homeai.doctor import facts, render
+
+    print(render(facts(cfg)))
+    return 0
+
+
+def _session(cfg):
+    from homeai.store.db import make_engine, make_sessionmaker, migrate
+
+    engine = make_engine(cfg.database_url)
+    migrate(engine)
+    return make_sessionmaker(engine)()
+
+
+def cmd_members(cfg: config_mod.Config, args) -> int:
+    from homeai.store import members
+
+    with _session(cfg) as session:
+        try:
+            if args.action == "add":
+                member, token = members.add_member(session, name=args.name, admin=args.admin)
+                print(f"added {member.name} ({member.role}); token (shown once): {token}")
+            elif args.action == "token":
+                print(members.add_token(session, name=args.name))
+            elif args.action == "list":
+                for m in members.list_members(session):
+                    print(f"{m.name:20} {m.role:7} tokens: {', '.join(m.active_prefixes) or '-'}")
+            elif args.action == "revoke":
+                if not args.name and not args.prefix:
+                    print("homeai: revoke needs a NAME or --prefix", file=sys.stderr)
+                    return 2
+                n = members.revoke(session, name=args.name, prefix=args.prefix)
+                print(f"revoked {n} token(s)")
+        except ValueError as e:
+            print(f"homeai: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def cmd_bench(cfg: config_mod.Config, args) -> int:
+    if args.workload == "engine":
+        from homeai.bench.engine_bench import engine_throughput, planning_cost, report
+        from homeai.engine.engine import create_engine
+        from homeai.engine.runner import Runner
+        from homeai.models import generation_model
+
+        seqs = [int(s) for s in args.seqs.split(",")]
+        runner = Runner(cfg.model, generation_model(cfg))
+        engine = create_engine(cfg, runner).start()
+        try:
+            print(f"model {runner.info.description}, {cfg.model.n_threads or os.cpu_count()} threads", flush=True)
+            rows = engine_throughput(engine, seqs, args.tokens,
+                                     progress=lambda r: print(f"  {r['seqs']:>3} seqs: homeai {r['homeai_tok_s']:.1f}"
+                                                              f" tok/s, raw {r['raw_tok_s']:.1f} tok/s", flush=True))
+        finally:
+            engine.stop()
+            runner.close()
+        print(report(rows, planning_cost()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
