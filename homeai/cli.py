@@ -64,9 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     engine = bsub.add_parser("engine", help="decode tok/s vs a raw llama.cpp loop; scheduler planning cost")
     engine.add_argument("--seqs", default="1,4,8,16")
     engine.add_argument("--tokens", type=int, default=64)
+    workloads = []
+    for name, help_text in (("continuous", "static vs continuous batching: N requests, exponential outputs"),
+                            ("household", "chats and voice while documents are summarised and embedded"),
+                            ("fairness", "two members on one lane, one sending 10x as much"),
+                            ("all", "continuous, household and fairness")):
+        w = bsub.add_parser(name, help=help_text)
+        w.add_argument("--out", default="bench-out", help="folder for the JSON, Markdown and PNG files")
+        w.add_argument("--seed", type=int, default=0)
+        w.add_argument("--simulate", nargs="?", const="cpu-smollm2", metavar="PROFILE",
+                       help="no model: a step-cost profile (cpu-smollm2, gpu-consumer-8b) or a report JSON to fit from")
+        w.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+        w.add_argument("--n", type=int, default=32, help="continuous: number of requests")
+        w.add_argument("--mean-output", type=int, default=128, help="continuous: mean output length")
+        w.add_argument("--rate", type=float, default=None, help="continuous: Poisson arrivals per second")
+        w.add_argument("--duration", type=float, default=40.0, help="household/fairness: seconds of arrivals")
+        workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, add, token, revoke):
+    for p in (serve, doctor, members, bench, engine, add, token, revoke, *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -142,6 +158,39 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
             engine.stop()
             runner.close()
         print(report(rows, planning_cost()))
+        return 0
+    return run_workloads(cfg, args)
+
+
+def run_workloads(cfg: config_mod.Config, args) -> int:
+    from homeai.bench import suite
+    from homeai.engine.engine import scheduler_limits
+
+    runner = None
+    if not args.simulate:
+        from homeai.engine.runner import Runner
+        from homeai.models import generation_model
+
+        runner = Runner(cfg.model, generation_model(cfg))
+    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=runner, profile=args.simulate, out=Path(args.out))
+    names = ["continuous", "household", "fairness"] if args.workload == "all" else [args.workload]
+    quick = args.quick
+    try:
+        for name in names:
+            if name == "continuous":
+                doc = suite.continuous_bench(bench, n=8 if quick else args.n,
+                                             mean_output=16 if quick else args.mean_output, rate=args.rate, seed=args.seed)
+            elif name == "household":
+                doc = suite.household_bench(bench, duration_s=6 if quick else args.duration, seed=args.seed,
+                                            doc_len=300 if quick else 2000)
+            else:
+                doc = suite.fairness_bench(bench, duration_s=4 if quick else min(args.duration, 30.0), seed=args.seed)
+            for line in doc["findings"]["Targets"]:
+                print(f"{name}: {line}")
+            print(f"{name}: report in {Path(args.out) / (name + '.md')}", flush=True)
+    finally:
+        if runner is not None:
+            runner.close()
     return 0
 
 

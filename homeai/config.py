@@ -57,7 +57,7 @@ class SchedulerConfig:
     w_out: float = 2.0  # fair-share cost of an output token
     background_min_share: float = 0.1  # share of each step kept for background work when backlogged
     min_chunk: int = 16  # smallest prefill chunk worth scheduling
-    max_step_ms: float = 2000.0  # a step never aims past this, even for background-only work
+    max_step_ms: float = 250.0  # a step never aims past this: an interactive arrival waits at most one step
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,18 @@ class SpeechConfig:
 
 
 @dataclass(frozen=True)
+class JobsConfig:
+    index_paths: tuple[str, ...] = ()  # folders (or files) the index job reads; empty: nothing to index
+    schedule: str = ""  # "every 6h", or a cron line "0 3 * * *"; empty: on demand only
+    misfire_grace_s: int = 3600  # a run missed while homeai was down still starts this long after
+    chunk_tokens: int = 256  # smaller chunks match more precisely but make more to embed (capped by embed_n_ctx)
+    chunk_overlap: int = 32  # tokens shared by neighbouring chunks, so a cut sentence is still found
+    embed_batch: int = 64  # chunks handed to the indexing lane at once: bigger batches, more waiting
+    summarise: bool = True  # summarise new and changed documents through the summaries lane
+    summary_tokens: int = 160  # longest summary (and each partial one of a long document)
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -82,6 +94,7 @@ class Config:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     speech: SpeechConfig = field(default_factory=SpeechConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
     lanes: dict[str, LanePolicy] = field(default_factory=lambda: dict(DEFAULT_POLICIES))
     source: str = "(built-in defaults)"
 
@@ -99,7 +112,7 @@ class Config:
 
 SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
-    "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig,
+    "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "jobs": JobsConfig,
 }
 LANE_KEYS = {"weight", "window_ms", "max_batch", "max_queue", "ttft_target_ms", "itl_target_ms", "max_tokens"}
 
@@ -227,7 +240,29 @@ def validate(cfg: Config, source: str) -> Config:
         _check(lane.max_queue >= 1, source, f"{key}.max_queue", "must be at least 1")
         _check(lane.ttft_target_ms > 0 and lane.itl_target_ms > 0, source, f"{key} targets", "must be positive")
         _check(lane.max_tokens >= 0, source, f"{key}.max_tokens", "must be 0 or more")
+    _validate_jobs(cfg, source)
     return cfg
+
+
+def _validate_jobs(cfg: Config, source: str) -> None:
+    # Chunk and summary lengths are also capped at run time by what the loaded model allows.
+    j = cfg.jobs
+    _check(32 <= j.chunk_tokens <= 8192, source, "jobs.chunk_tokens", f"must be 32-8192, got {j.chunk_tokens}")
+    _check(0 <= j.chunk_overlap <= j.chunk_tokens // 2, source, "jobs.chunk_overlap",
+           f"must be 0..half of jobs.chunk_tokens ({j.chunk_tokens // 2}), got {j.chunk_overlap}")
+    max_queue = cfg.lanes["indexing"].max_queue
+    _check(1 <= j.embed_batch <= max_queue, source, "jobs.embed_batch",
+           f"must be 1..lanes.indexing.max_queue ({max_queue}), got {j.embed_batch}")
+    _check(16 <= j.summary_tokens <= 4096, source, "jobs.summary_tokens", f"must be 16-4096, got {j.summary_tokens}")
+    _check(j.misfire_grace_s >= 1, source, "jobs.misfire_grace_s", "must be at least 1")
+    _check(all(p.strip() for p in j.index_paths), source, "jobs.index_paths", "must not hold empty paths")
+    if j.schedule:
+        from homeai.jobs.schedule import parse_schedule  # APScheduler, only when a schedule is set
+
+        try:
+            parse_schedule(j.schedule)
+        except ValueError as e:
+            raise ConfigError(f"{source}: jobs.schedule {e}") from None
 
 
 def is_loopback(host: str) -> bool:

@@ -360,11 +360,15 @@ async def _last(stream: RequestStream) -> FinishEvent:
     return stream.finished
 
 
-def create_engine(cfg, runner) -> Engine:
-    """An engine over a loaded runner, with the scheduler limits the config and model allow."""
+def scheduler_limits(cfg) -> SchedulerLimits:
+    """The scheduler's limits from the config's model and scheduler sections."""
     m, s = cfg.model, cfg.scheduler
-    limits = SchedulerLimits(
+    return SchedulerLimits(
         num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
         embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, w_in=s.w_in, w_out=s.w_out,
         background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms)
-    return Engine(runner, cfg.lanes, limits)
+
+
+def create_engine(cfg, runner) -> Engine:
+    """An engine over a loaded runner, with the scheduler limits the config and model allow."""
+    return Engine(runner, cfg.lanes, scheduler_limits(cfg))

@@ -50,7 +50,7 @@ class SchedulerLimits:
     w_out: float = 2.0
     background_min_share: float = 0.1
     min_chunk: int = 16
-    max_step_ms: float = 2000.0
+    max_step_ms: float = 250.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,7 @@ class Scheduler:
         self._plan: StepPlan | None = None  # the plan being built, while schedule() runs
         self._num_decoding = 0  # sequences decoding this step: each needs one more cell
         self._failed_need = {True: math.inf, False: math.inf}  # per class, the smallest refused admission
+        self._cutoffs: dict[str, float] = {}  # per lane, the arrival time eligible this step
 
     # ---- requests in and out -------------------------------------------------------
 
@@ -165,22 +166,31 @@ class Scheduler:
                           key=lambda r: not self.policies[r.lane].interactive)
         self._num_decoding = len(decoding)
         self._failed_need = {True: math.inf, False: math.inf}
+        self._cutoffs = {}
         plan.budget = self._budget(decoding)
         for request in decoding:
-            self._grow(request, request.num_computed_tokens + 1)  # may preempt, itself included
+            if request.status is Status.RUNNING:  # an earlier one may have preempted it
+                self._grow(request, request.num_computed_tokens + 1)  # may preempt, itself included
         plan.items = [self._item(r, 1) for r in decoding if r.status is Status.RUNNING]
         left = plan.budget - len(plan.items)
-        reserve = 0
-        if self._has_background_work(now):
-            reserve = max(int(self.limits.background_min_share * plan.budget), self.limits.min_chunk)
-            self._bg_credit = min(self._bg_credit + reserve, self.limits.embed_max_tokens)
-        else:
-            self._bg_credit = 0.0
-        left -= self._fill(plan, now, interactive=True, budget=max(left - reserve, 0))
-        self._fill(plan, now, interactive=False, budget=max(left, 0))
+        reserve = self._background_reserve(now, plan.budget, left)
+        used = self._fill(plan, now, interactive=True, budget=left - reserve)
+        self._fill(plan, now, interactive=False, budget=left - used)
         plan.release, plan.done = self._release, self._done
         self._release, self._done, self._plan = [], [], None
         return plan
+
+    def _background_reserve(self, now: float, budget: int, left: int) -> int:
+        """Tokens of this step kept for background work: its minimum share, paid as a deficit
+        counter so that a chunk worth scheduling goes out every few steps under interactive load."""
+        if not self._has_background_work(now):
+            self._bg_credit = 0.0
+            return 0
+        cap = max(self.limits.embed_max_tokens, self.limits.max_step_tokens)
+        self._bg_credit = min(self._bg_credit + self.limits.background_min_share * budget, cap)
+        if self._bg_credit < self.limits.min_chunk:
+            return 0
+        return max(min(int(self._bg_credit), left), 0)
 
     def _budget(self, decoding: list[Request]) -> int:
         limits = self.limits
@@ -193,7 +203,10 @@ class Scheduler:
 
     def _fill(self, plan: StepPlan, now: float, *, interactive: bool, budget: int) -> int:
         """Give prefill chunks (and embedding inputs) of one class by fair share; tokens used."""
+        if budget <= 0:
+            return 0
         candidates = self._candidates(now, interactive=interactive)
+        planned = {i.request_id for i in plan.items} | {i.request_id for i in plan.embed_items}
         used = 0
         while used < budget and candidates:
             keys = candidates.keys()
@@ -204,6 +217,8 @@ class Scheduler:
             request = candidates[key].popleft()
             if not candidates[key]:
                 del candidates[key]
+            if request.request_id in planned:
+                continue
             n = self._place(plan, request, budget - used)
             if n == 0:
                 candidates.pop(key, None)  # this pair cannot go further this step
@@ -228,14 +243,25 @@ class Scheduler:
         return out
 
     def _has_background_work(self, now: float) -> bool:
+        """Background prefill or embedding work that could go this step (so a reserve is not wasted)."""
         if any(not self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
             return True
-        return any(queue and (queue[0].arrival_time <= self._lane_cutoff(lane, now) or queue[0].num_preemptions)
-                   for lane, queue in self.waiting.items() if not self.policies[lane].interactive)
+        can_admit = bool(self.kv.free_seq_ids)
+        for lane, queue in self.waiting.items():
+            if self.policies[lane].interactive or not queue:
+                continue
+            head = queue[0]
+            if (can_admit or head.kind is Kind.EMBED) and (
+                    head.arrival_time <= self._lane_cutoff(lane, now) or head.num_preemptions):
+                return True
+        return False
 
     def _lane_cutoff(self, lane: str, now: float) -> float:
-        """Requests of this lane that arrived by this time are eligible now."""
-        return now - (self._eligible_at_for(lane, 0.0))
+        """Requests of this lane that arrived by this time are eligible now (fixed for one step)."""
+        cutoff = self._cutoffs.get(lane)
+        if cutoff is None:
+            cutoff = self._cutoffs[lane] = now - self._eligible_at_for(lane, 0.0)
+        return cutoff
 
     def _place(self, plan: StepPlan, request: Request, room: int) -> int:
         """Schedule part of a request within `room` tokens; the tokens placed (0: cannot)."""

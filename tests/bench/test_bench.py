@@ -1,0 +1,91 @@
+"""Every workload under every policy, end to end on a tiny configuration; the report has every field.
+
+Values are not asserted against timings (the machines are noisy): only that each figure exists.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from homeai.bench import suite
+from homeai.bench.policies import POLICIES
+from homeai.engine.engine import scheduler_limits
+from tests.conftest import test_config
+
+GROUP_FIELDS = {"requests", "succeeded", "success_rate", "ttft_ms", "itl_ms", "e2e_ms", "throughput_req_s",
+                "throughput_tok_s", "goodput_req_s", "preemptions"}
+RUN_FIELDS = {"makespan_s", "overall", "lanes", "max_active_sequences", "token_budget", "kv_cells", "preemptions",
+              "step_cost_model_ms"}
+
+
+def check_report(out, name: str, policies, lanes: set[str]) -> dict:
+    doc = json.loads((out / f"{name}.json").read_text())
+    markdown = (out / f"{name}.md").read_text()
+    assert doc["params"] and doc["command"] and doc["findings"]["Targets"]
+    assert set(doc["policies"]) == set(policies)
+    for policy, m in doc["policies"].items():
+        assert RUN_FIELDS <= set(m), policy
+        assert set(m["lanes"]) == lanes
+        for lane, groups in m["lanes"].items():
+            for g in groups.values():
+                assert GROUP_FIELDS <= set(g)
+                assert set(g["ttft_ms"]) == {"p50", "p95", "p99"}
+        assert m["overall"]["succeeded"] > 0
+        assert policy in markdown
+    for png in doc["plots"]:
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return doc
+
+
+@pytest.fixture
+def bench(runner, tmp_path):
+    cfg = test_config()
+    return suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=runner, out=tmp_path, quiet=True)
+
+
+def test_continuous_all_policies_real_model(bench, tmp_path):
+    suite.continuous_bench(bench, n=6, mean_output=8)
+    doc = check_report(tmp_path, "continuous", POLICIES, {"chat"})
+    assert set(doc["throughput_tok_s"]) == set(POLICIES)
+    assert "short" in doc["policies"]["homeai"]["lanes"]["chat"]
+
+
+def test_household_all_policies_real_model(bench, tmp_path):
+    suite.household_bench(bench, duration_s=4, doc_len=200)
+    doc = check_report(tmp_path, "household", POLICIES, {"chat", "voice", "summaries", "indexing"})
+    assert {"homeai_without_background", "homeai_background_alone"} == set(doc["baselines"])
+    assert set(doc["chat_itl_p95_during_doc_prefill_ms"]) == set(POLICIES)
+    assert "household_chat_itl.png" in doc["plots"]
+
+
+def test_fairness_real_model(bench, tmp_path):
+    suite.fairness_bench(bench, duration_s=3, light_every_s=0.5)
+    doc = check_report(tmp_path, "fairness", ("fifo", "homeai"), {"chat"})
+    for policy, shares in doc["shares"].items():
+        assert shares["series"], policy
+        assert set(shares["series"][0]) == {"t_s", "light", "heavy"}
+
+
+def test_simulation_mode_says_so(tmp_path):
+    cfg = test_config()
+    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=None, profile="gpu-consumer-8b",
+                        out=tmp_path, quiet=True)
+    suite.continuous_bench(bench, n=16, mean_output=32)
+    suite.fairness_bench(bench, duration_s=5)
+    doc = check_report(tmp_path, "continuous", POLICIES, {"chat"})
+    assert doc["simulated"] is True
+    assert "This is a simulation" in (tmp_path / "continuous.md").read_text()
+    fitted = suite.load_profile(str(tmp_path / "continuous.json"))
+    assert fitted[1] > 0
+
+
+def test_fair_share_holds_in_simulation(tmp_path):
+    """The pure scheduler, driven by a step-cost model: the light member gets its half."""
+    cfg = test_config()
+    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=None, out=tmp_path, quiet=True)
+    suite.fairness_bench(bench, duration_s=10)
+    shares = json.loads((tmp_path / "fairness.json").read_text())["shares"]
+    assert abs(shares["homeai"]["both_backlogged"]["light"] - 0.5) < 0.1
+    assert shares["fifo"]["both_backlogged"]["light"] < 0.3
