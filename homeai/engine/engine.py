@@ -254,8 +254,10 @@ class Engine:
 
     async def embed(self, texts: Sequence[str], *, lane: str = "embeddings", member: str = "household"):
         """Embed texts through the scheduler (one request each, batched by the lane's window)."""
-        streams = [self.submit(t, lane=lane, member=member, kind=Kind.EMBED) for t in texts]
+        streams: list[RequestStream] = []
         try:
+            for text in texts:  # all or nothing: a refusal aborts what was already queued
+                streams.append(self.submit(text, lane=lane, member=member, kind=Kind.EMBED))
             finals = [await _last(s) for s in streams]
         finally:
             for s in streams:

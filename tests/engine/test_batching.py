@@ -130,7 +130,7 @@ def test_preempted_request_resumes_with_exactly_its_tokens(runner, make_engine):
     chat_prompt = prompt(runner, "Name a planet. " * 50)
     # Room for both prompts but not for the background's answer too: the chat must preempt.
     engine = make_engine(num_cells=len(background_prompt) + len(chat_prompt) + 5, num_seqs=4)
-    params = SamplingParams(temperature=0.8, seed=7, max_tokens=60)
+    params = SamplingParams(temperature=0.8, seed=7, max_tokens=60, ignore_eos=True)
     stream = engine.submit(background_prompt, lane="summaries", params=params)
     events = []
     chat_streams = []

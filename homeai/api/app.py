@@ -1,0 +1,46 @@
+"""The daemon's FastAPI app: `create_app(cfg)` builds it; `homeai serve` runs it under uvicorn.
+
+The lifespan migrates the store, makes sure the default member exists, and loads the model
+in the background (`/healthz` says "loading" meanwhile); tests hand in an already loaded
+runner. Everything the app runs lives in `app.state.runtime`, so several apps can share a
+process (one at a time over one runner).
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from homeai import __version__
+from homeai.api import errors, health, lanes, metrics
+from homeai.api import openai as openai_routes
+from homeai.api.limits import BodyLimit
+from homeai.api.runtime import Runtime
+from homeai.config import Config
+
+
+def create_app(cfg: Config, *, runner=None) -> FastAPI:
+    """The app for `cfg`; with `runner`, serve that loaded model (not closed at shutdown)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        runtime: Runtime = app.state.runtime
+        runtime.open()
+        try:
+            runtime.start()
+            yield
+        finally:
+            runtime.stop()
+
+    app = FastAPI(title="homeai", version=__version__, lifespan=lifespan)
+    app.state.runtime = Runtime(cfg, runner)
+    errors.install(app)
+    for module in (health, openai_routes, lanes, metrics):
+        app.include_router(module.router)
+    if cfg.server.cors_origins:  # without the middleware, browsers keep to the same origin
+        app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["*"],
+                           allow_headers=["Authorization", "Content-Type", "X-HomeAI-Lane"])
+    app.add_middleware(BodyLimit, max_bytes=cfg.server.max_body_bytes)
+    return app

@@ -1,0 +1,103 @@
+"""Every error the API sends, in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`.
+
+`ApiError` is what routes raise; `from_engine` turns the engine's refusals into one;
+`install` puts the handlers on an app so FastAPI's own errors (validation, unknown routes,
+crashes) come out in the same shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from homeai.engine.engine import EngineStopped, InvalidRequest, PromptTooLong, QueueFull
+
+log = logging.getLogger("homeai.api")
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+         404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
+         429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+class ApiError(HTTPException):
+    """An error response. A subclass of HTTPException so FastAPI re-raises it untouched
+    from inside body parsing (the body-size limit raises it there)."""
+
+    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
+                 type: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(status, message, headers)
+        self.message, self.code, self.param = message, code, param
+        self.type = type or TYPES.get(status, "invalid_request_error")
+
+
+def error_body(message: str, type: str, code: str | None = None, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type, "code": code, "param": param}}
+
+
+def error_response(error: ApiError) -> JSONResponse:
+    body = error_body(error.message, error.type, error.code, error.param)
+    return JSONResponse(body, status_code=error.status_code, headers=error.headers)
+
+
+def from_engine(exc: Exception, *, prompt_param: str, retry_after_s: int = 1) -> ApiError:
+    """The API error for an engine refusal; `prompt_param` names where the prompt came from."""
+    if isinstance(exc, PromptTooLong):
+        return ApiError(400, str(exc), code="context_length_exceeded", param=prompt_param)
+    if isinstance(exc, InvalidRequest):
+        param = prompt_param if exc.param in ("prompt", "messages") else exc.param
+        return ApiError(400, str(exc), code=exc.code, param=param)
+    if isinstance(exc, QueueFull):
+        return ApiError(429, str(exc), code="queue_full", param="lane",
+                        headers={"Retry-After": str(retry_after_s)})
+    if isinstance(exc, EngineStopped):
+        return ApiError(503, str(exc), code="engine_stopped", headers={"Retry-After": "5"})
+    raise TypeError(f"not an engine refusal: {exc!r}")
+
+
+def retry_after(snapshot: dict, lane: str) -> int:
+    """Seconds a refused client should wait: the lane's recent median time to first token, at least 1."""
+    p50_ms = snapshot["lanes"].get(lane, {}).get("ttft_ms", {}).get("p50")
+    return max(1, math.ceil((p50_ms or 0) / 1000.0))
+
+
+async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+    return error_response(exc)
+
+
+async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+    if isinstance(exc, ApiError):
+        return error_response(exc)
+    error = ApiError(exc.status_code, str(exc.detail), code=CODES.get(exc.status_code), headers=exc.headers)
+    return error_response(error)
+
+
+async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        reason = (first.get("ctx") or {}).get("error", "JSON decode error")
+        return error_response(ApiError(400, f"the body is not valid JSON: {reason}", code="invalid_json"))
+    path = [str(p) for p in first.get("loc", ()) if p != "body"]
+    param = ".".join(path) or None
+    message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
+    more = len(exc.errors()) - 1
+    if more:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return error_response(ApiError(400, message, code="invalid_value", param=param))
+
+
+async def _crash(_request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error", exc_info=exc)
+    return error_response(ApiError(500, "internal server error", code="internal_error"))
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _crash)

@@ -1,0 +1,117 @@
+"""`GET /metrics`: Prometheus text from a registry of the app's own (several apps, several registries).
+
+Histograms and counters are fed by `engine.on_finish` (`Metrics.observe`, in the engine
+thread: label children are made once, so an observation is a lock and a bucket search).
+Gauges, and the rejection counter the engine keeps, are read from `engine.snapshot()` at
+scrape time. Every per-lane series carries the label `lane`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from homeai.engine.stats import RequestStats
+
+router = APIRouter(tags=["metrics"])
+
+OUTCOMES = ("stop", "length", "abort", "error")
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+ITL_BUCKETS = (0.005, 0.01, 0.02, 0.035, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class Metrics:
+    def __init__(self, lanes: Iterable[str], snapshot: Callable[[], dict | None]):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        hist = {
+            "queue": Histogram("homeai_queue_seconds", "Arrival to admission", ["lane"],
+                               buckets=LATENCY_BUCKETS, registry=r),
+            "ttft": Histogram("homeai_ttft_seconds", "Arrival to first token (embeddings: to the vector)",
+                              ["lane"], buckets=LATENCY_BUCKETS, registry=r),
+            "itl": Histogram("homeai_itl_seconds", "Time between consecutive output tokens", ["lane"],
+                             buckets=ITL_BUCKETS, registry=r),
+            "e2e": Histogram("homeai_e2e_seconds", "Arrival to the end of the request", ["lane"],
+                             buckets=E2E_BUCKETS, registry=r),
+        }
+        requests = Counter("homeai_requests", "Finished requests by outcome", ["lane", "outcome"], registry=r)
+        prompt = Counter("homeai_prompt_tokens", "Prompt tokens of finished requests", ["lane"], registry=r)
+        output = Counter("homeai_output_tokens", "Output tokens of finished requests", ["lane"], registry=r)
+        preempt = Counter("homeai_preemptions", "Preemptions of finished requests", ["lane"], registry=r)
+        self._lanes = {
+            lane: {**{k: h.labels(lane) for k, h in hist.items()},
+                   "requests": {o: requests.labels(lane, o) for o in OUTCOMES},
+                   "prompt": prompt.labels(lane), "output": output.labels(lane), "preempt": preempt.labels(lane)}
+            for lane in lanes}
+        self.registry.register(SnapshotCollector(snapshot))
+
+    def observe(self, stats: RequestStats) -> None:
+        """One finished request (an `engine.on_finish` callback)."""
+        m = self._lanes.get(stats.lane)
+        if m is None:
+            return
+        if stats.queue_ms is not None:
+            m["queue"].observe(stats.queue_ms / 1000.0)
+        if stats.ttft_ms is not None:
+            m["ttft"].observe(stats.ttft_ms / 1000.0)
+        for itl in stats.itls_ms:
+            m["itl"].observe(itl / 1000.0)
+        m["e2e"].observe(stats.e2e_ms / 1000.0)
+        if stats.outcome in m["requests"]:
+            m["requests"][stats.outcome].inc()
+        m["prompt"].inc(stats.prompt_tokens)
+        m["output"].inc(stats.output_tokens)
+        if stats.preemptions:
+            m["preempt"].inc(stats.preemptions)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class SnapshotCollector:
+    """Gauges and the engine's rejection counts, read when Prometheus scrapes."""
+
+    def __init__(self, snapshot: Callable[[], dict | None]):
+        self.snapshot = snapshot
+
+    def describe(self) -> list[Metric]:
+        return []  # the series depend on the engine; nothing to check at registration
+
+    def collect(self) -> Iterable[Metric]:
+        snap = self.snapshot()
+        loaded = GaugeMetricFamily("homeai_model_loaded", "1 once the model is loaded and the engine runs")
+        loaded.add_metric([], 1.0 if snap else 0.0)
+        yield loaded
+        if not snap:
+            return
+        families = {
+            "queued": GaugeMetricFamily("homeai_queue_depth", "Requests waiting in the lane", labels=["lane"]),
+            "running": GaugeMetricFamily("homeai_running_sequences", "Sequences admitted and running",
+                                         labels=["lane"]),
+            "rejected": CounterMetricFamily("homeai_rejections", "Requests refused because the lane queue was full",
+                                            labels=["lane"]),
+        }
+        for lane, state in snap["lanes"].items():
+            for key, family in families.items():
+                family.add_metric([lane], float(state[key]))
+        yield from families.values()
+        kv = snap["kv"]
+        for name, help_text, value in (
+                ("homeai_kv_cells_used", "KV cache cells in use", kv["cells_used"]),
+                ("homeai_kv_cells_free", "KV cache cells free", kv["cells_total"] - kv["cells_used"]),
+                ("homeai_sequences_used", "Sequence ids in use", kv["seqs_used"])):
+            gauge = GaugeMetricFamily(name, help_text)
+            gauge.add_metric([], float(value))
+            yield gauge
+        steps = CounterMetricFamily("homeai_engine_steps", "Engine iterations run")
+        steps.add_metric([], float(snap["steps"]))
+        yield steps
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(request: Request) -> Response:
+    return Response(request.app.state.runtime.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,174 @@
+"""OpenAI-compatible routes: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models`.
+
+A route resolves the model, the lane (body `lane`, else the `X-HomeAI-Lane` header, else
+the endpoint's default) and the sampling parameters, submits to the engine, and shapes
+what comes back. Templating and tokenising a prompt run in a worker thread, so a large
+prompt never holds up the event loop that streams everyone else's tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Callable
+from typing import TypeVar
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from homeai.api.auth import CurrentMember, current_member
+from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep
+from homeai.api.errors import ApiError, from_engine, retry_after
+from homeai.api.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
+from homeai.api.shapes import ChatShape, CompletionShape
+from homeai.api.streaming import abort_on_disconnect, collect, sse_response
+from homeai.engine.engine import Engine, EngineStopped, InvalidRequest, QueueFull, RequestStream
+from homeai.sched.request import Kind, SamplingParams
+from lanes.base import LanePolicy
+
+router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(current_member)])
+
+T = TypeVar("T")
+
+
+@router.get("/models")
+def list_models(runtime: RuntimeDep, _engine: EngineDep) -> dict:
+    data = [{"id": card.id, "object": "model", "created": card.created, "owned_by": "homeai"}
+            for card in runtime.cards()]
+    return {"object": "list", "data": data}
+
+
+@router.post("/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, request: Request, engine: EngineDep, runtime: RuntimeDep,
+                           member: CurrentMember, lane_header: LaneHeader = None) -> Response:
+    model = _model(runtime, body.model, "generate")
+    lane, policy = _lane(engine, body.lane or lane_header, "chat")
+    params = body.sampling(policy)
+    messages = [m.for_template() for m in body.messages]
+    stream = await _submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=lane,
+                           member=member.name, params=params, prompt_param="messages")
+    shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs)
+    if body.stream:
+        return sse_response(stream, shape, include_usage=body.include_usage)
+    text, events = await collect(request, stream)
+    return JSONResponse(shape.whole(text, events, stream.finished))
+
+
+@router.post("/completions")
+async def completions(body: CompletionRequest, request: Request, engine: EngineDep, runtime: RuntimeDep,
+                      member: CurrentMember, lane_header: LaneHeader = None) -> Response:
+    model = _model(runtime, body.model, "generate")
+    lane, policy = _lane(engine, body.lane or lane_header, "chat")
+    params = body.sampling(policy)
+    prompt = body.one_prompt()
+    stream = await _submit(engine, lambda: prompt, lane=lane, member=member.name, params=params,
+                           prompt_param="prompt")
+    shape = CompletionShape(model, engine.runner.piece, logprobs=body.logprobs is not None)
+    if body.stream:
+        return sse_response(stream, shape, include_usage=body.include_usage)
+    text, events = await collect(request, stream)
+    return JSONResponse(shape.whole(text, events, stream.finished))
+
+
+@router.post("/embeddings")
+async def embeddings(body: EmbeddingRequest, request: Request, engine: EngineDep, runtime: RuntimeDep,
+                     member: CurrentMember, lane_header: LaneHeader = None) -> Response:
+    model = _model(runtime, body.model, "embed")
+    lane, policy = _lane(engine, body.lane or lane_header, "embeddings")
+    inputs = body.inputs()
+    if len(inputs) > policy.max_queue:
+        raise ApiError(400, f"{len(inputs)} inputs, but lane {lane!r} queues at most {policy.max_queue}",
+                       code="too_many_inputs", param="input")
+    n_embd = engine.runner.info.embed_n_embd
+    if body.dimensions is not None and body.dimensions != n_embd:
+        raise ApiError(400, f"this model's embeddings have {n_embd} dimensions", code="invalid_value",
+                       param="dimensions")
+    loop = asyncio.get_running_loop()
+    streams = await _off_loop(lambda: _submit_embeds(engine, inputs, lane, member.name, loop), lane=lane,
+                              engine=engine, prompt_param="input")
+    async with abort_on_disconnect(request, streams):
+        for stream in streams:
+            async for _ in stream:
+                pass
+    data, num_tokens = [], 0
+    for index, stream in enumerate(streams):
+        finish = stream.finished
+        if finish.reason != "stop":
+            raise ApiError(500, f"embedding failed: {finish.error or finish.reason}", code="embedding_failed")
+        data.append({"object": "embedding", "index": index,
+                     "embedding": _encode(finish.embedding, body.encoding_format)})
+        num_tokens += finish.stats.prompt_tokens
+    return JSONResponse({"object": "list", "data": data, "model": model,
+                         "usage": {"prompt_tokens": num_tokens, "total_tokens": num_tokens}})
+
+
+# ---- helpers ----------------------------------------------------------------------------
+
+
+def _model(runtime, requested: str | None, purpose: str) -> str:
+    model = runtime.resolve_model(requested, purpose)
+    if model is None:
+        served = runtime.model_id(purpose)
+        raise ApiError(404, f"the model {requested!r} does not exist; this server serves {served!r}",
+                       code="model_not_found", param="model")
+    return model
+
+
+def _lane(engine: Engine, name: str | None, default: str) -> tuple[str, LanePolicy]:
+    lane = name or default
+    policy = engine.policies.get(lane)
+    if policy is None:
+        raise ApiError(400, f"unknown lane {lane!r} (known: {', '.join(engine.policies)})", code="unknown_lane",
+                       param="lane")
+    return lane, policy
+
+
+async def _submit(engine: Engine, prompt: Callable[[], str | list[int]], *, lane: str, member: str,
+                  params: SamplingParams, prompt_param: str) -> RequestStream:
+    loop = asyncio.get_running_loop()
+    return await _off_loop(
+        lambda: engine.submit(prompt(), lane=lane, member=member, params=params, loop=loop),
+        lane=lane, engine=engine, prompt_param=prompt_param)
+
+
+async def _off_loop(call: Callable[[], T], *, lane: str, engine: Engine, prompt_param: str) -> T:
+    """Run a submission in a worker thread; engine refusals become API errors, and streams
+    submitted for a request cancelled meanwhile are aborted."""
+    future = asyncio.get_running_loop().run_in_executor(None, call)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_abort_result)
+        raise
+    except (InvalidRequest, QueueFull, EngineStopped) as exc:
+        wait = retry_after(engine.snapshot(), lane) if isinstance(exc, QueueFull) else 1
+        raise from_engine(exc, prompt_param=prompt_param, retry_after_s=wait) from None
+
+
+def _abort_result(future: asyncio.Future) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    result = future.result()
+    for stream in result if isinstance(result, list) else [result]:
+        stream.abort()
+
+
+def _submit_embeds(engine: Engine, inputs: list, lane: str, member: str, loop) -> list[RequestStream]:
+    """One embed request per input; all or none: a refusal aborts those already queued."""
+    streams: list[RequestStream] = []
+    try:
+        for text in inputs:
+            streams.append(engine.submit(text, lane=lane, member=member, kind=Kind.EMBED, loop=loop))
+    except BaseException:
+        for stream in streams:
+            stream.abort()
+        raise
+    return streams
+
+
+def _encode(vector, encoding_format: str) -> list[float] | str:
+    array = np.asarray(vector, dtype="<f4")
+    if encoding_format == "base64":
+        return base64.b64encode(array.tobytes()).decode("ascii")
+    return array.tolist()

@@ -1,0 +1,138 @@
+"""Request bodies of the OpenAI-compatible endpoints, and their sampling parameters.
+
+Fields clients commonly send that homeai does not use (`user`, `frequency_penalty`, ...)
+are accepted and ignored, as OpenAI-compatible servers do; a known field with a wrong
+type or value is a 400. `lane` is homeai's own field (OpenAI clients send it through
+`extra_body`), as are `top_k`, `min_p` and `repeat_penalty`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from homeai.api.errors import ApiError
+from homeai.sched.request import SamplingParams
+from lanes.base import LanePolicy
+
+MAX_STOPS = 16
+FALLBACK_MAX_TOKENS = 256  # a lane with no max_tokens of its own
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(Body):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(Body):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def for_template(self) -> dict:
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": self._text()}
+
+    def _text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        if any(part.type != "text" for part in self.content):
+            raise ApiError(400, "only text content parts are supported", code="unsupported_content",
+                           param="messages")
+        return "".join(part.text or "" for part in self.content)
+
+
+class StreamOptions(Body):
+    include_usage: bool = False
+
+
+class Sampling(Body):
+    """What every generating endpoint takes."""
+
+    model: str | None = None
+    lane: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    repeat_penalty: float | None = Field(None, gt=0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    n: int = Field(1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+    def params(self, policy: LanePolicy, *, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        if self.n != 1:
+            raise ApiError(400, f"only n=1 is supported, got n={self.n}", code="invalid_value", param="n")
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stops) > MAX_STOPS:
+            raise ApiError(400, f"at most {MAX_STOPS} stop strings", code="invalid_value", param="stop")
+        d = SamplingParams()
+        return SamplingParams(
+            temperature=_or(self.temperature, d.temperature), top_p=_or(self.top_p, d.top_p),
+            top_k=_or(self.top_k, d.top_k), min_p=_or(self.min_p, d.min_p),
+            repeat_penalty=_or(self.repeat_penalty, d.repeat_penalty), seed=self.seed,
+            max_tokens=max_tokens or policy.max_tokens or FALLBACK_MAX_TOKENS,
+            stop=tuple(s for s in stops if s), logprobs=logprobs)
+
+
+class ChatCompletionRequest(Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    def sampling(self, policy: LanePolicy) -> SamplingParams:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ApiError(400, "top_logprobs needs logprobs: true", code="invalid_value", param="top_logprobs")
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        return self.params(policy, max_tokens=self.max_completion_tokens or self.max_tokens, logprobs=logprobs)
+
+
+class CompletionRequest(Sampling):
+    prompt: str | list[int] | list[str]
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+
+    def sampling(self, policy: LanePolicy) -> SamplingParams:
+        if self.echo:
+            raise ApiError(400, "echo is not supported", code="invalid_value", param="echo")
+        return self.params(policy, max_tokens=self.max_tokens, logprobs=self.logprobs)
+
+    def one_prompt(self) -> str | list[int]:
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
+            if len(self.prompt) != 1:
+                raise ApiError(400, "only one prompt per request is supported", code="invalid_value", param="prompt")
+            return self.prompt[0]
+        return self.prompt
+
+
+class EmbeddingRequest(Body):
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    lane: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+
+    def inputs(self) -> list[str | list[int]]:
+        if isinstance(self.input, str):
+            return [self.input]
+        if self.input and isinstance(self.input[0], int):
+            return [self.input]
+        if not self.input:
+            raise ApiError(400, "input must not be empty", code="invalid_value", param="input")
+        return list(self.input)
+
+
+def _or(value, default):
+    return default if value is None else value

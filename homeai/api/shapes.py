@@ -1,0 +1,133 @@
+"""Engine events into OpenAI's response objects: chat completions and legacy completions,
+whole or as stream chunks, with logprobs shaped as OpenAI shapes them.
+
+A shape knows one response's id, model and creation time; `chunk` makes one streamed
+piece from some text and the tokens behind it, `whole` the non-streaming object.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+
+from homeai import __version__
+from homeai.engine.engine import FinishEvent, TokenEvent
+
+FINGERPRINT = f"homeai-{__version__}"
+FLOOR_LOGPROB = -9999.0  # what OpenAI sends for a probability that underflows
+
+
+def usage(finish: FinishEvent) -> dict:
+    s = finish.stats
+    return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.output_tokens,
+            "total_tokens": s.prompt_tokens + s.output_tokens}
+
+
+def finish_reason(finish: FinishEvent) -> str:
+    return "length" if finish.reason == "length" else "stop"
+
+
+def _lp(value: float | None) -> float:
+    return FLOOR_LOGPROB if value is None or not math.isfinite(value) else value
+
+
+class _Shape:
+    prefix = ""
+    object = ""
+    chunk_object = ""
+
+    def __init__(self, model: str, piece, *, logprobs: bool):
+        self.id = f"{self.prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = model
+        self.piece = piece  # token id -> bytes (runner.piece)
+        self.logprobs = logprobs
+
+    def _head(self, obj: str) -> dict:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "system_fingerprint": FINGERPRINT}
+
+    def _text(self, token: int) -> tuple[str, bytes]:
+        raw = self.piece(token)
+        return raw.decode("utf-8", errors="replace"), raw
+
+    def usage_chunk(self, finish: FinishEvent) -> dict:
+        return {**self._head(self.chunk_object), "choices": [], "usage": usage(finish)}
+
+
+class ChatShape(_Shape):
+    prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
+
+    def first_chunk(self) -> dict:
+        return self.chunk({"role": "assistant", "content": ""}, [])
+
+    def chunk(self, delta: dict, events: list[TokenEvent], reason: str | None = None) -> dict:
+        choice = {"index": 0, "delta": delta, "logprobs": self._logprobs(events) if events else None,
+                  "finish_reason": reason}
+        return {**self._head(self.chunk_object), "choices": [choice]}
+
+    def text_chunk(self, text: str, events: list[TokenEvent]) -> dict:
+        return self.chunk({"content": text}, events)
+
+    def last_chunk(self, finish: FinishEvent) -> dict:
+        return self.chunk({}, [], finish_reason(finish))
+
+    def whole(self, text: str, events: list[TokenEvent], finish: FinishEvent) -> dict:
+        message = {"role": "assistant", "content": text, "refusal": None}
+        choice = {"index": 0, "message": message, "logprobs": self._logprobs(events),
+                  "finish_reason": finish_reason(finish)}
+        return {**self._head(self.object), "choices": [choice], "usage": usage(finish)}
+
+    def _logprobs(self, events: list[TokenEvent]) -> dict | None:
+        if not self.logprobs:
+            return None
+        return {"content": [self._entry(e) for e in events], "refusal": None}
+
+    def _entry(self, event: TokenEvent) -> dict:
+        text, raw = self._text(event.token)
+        top = []
+        for token, logprob in event.top_logprobs:
+            t, r = self._text(token)
+            top.append({"token": t, "logprob": _lp(logprob), "bytes": list(r)})
+        return {"token": text, "logprob": _lp(event.logprob), "bytes": list(raw), "top_logprobs": top}
+
+
+class CompletionShape(_Shape):
+    prefix, object, chunk_object = "cmpl", "text_completion", "text_completion"
+
+    def __init__(self, model: str, piece, *, logprobs: bool):
+        super().__init__(model, piece, logprobs=logprobs)
+        self.offset = 0  # characters of completion text the tokens so far make
+
+    def first_chunk(self) -> None:
+        return None
+
+    def text_chunk(self, text: str, events: list[TokenEvent]) -> dict:
+        return self._chunk(text, events, None)
+
+    def last_chunk(self, finish: FinishEvent) -> dict:
+        return self._chunk("", [], finish_reason(finish))
+
+    def _chunk(self, text: str, events: list[TokenEvent], reason: str | None) -> dict:
+        choice = {"index": 0, "text": text, "logprobs": self._logprobs(events) if events else None,
+                  "finish_reason": reason}
+        return {**self._head(self.chunk_object), "choices": [choice]}
+
+    def whole(self, text: str, events: list[TokenEvent], finish: FinishEvent) -> dict:
+        choice = {"index": 0, "text": text, "logprobs": self._logprobs(events),
+                  "finish_reason": finish_reason(finish)}
+        return {**self._head(self.object), "choices": [choice], "usage": usage(finish)}
+
+    def _logprobs(self, events: list[TokenEvent]) -> dict | None:
+        if not self.logprobs:
+            return None
+        out = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for event in events:
+            text, _ = self._text(event.token)
+            out["tokens"].append(text)
+            out["token_logprobs"].append(_lp(event.logprob))
+            out["top_logprobs"].append({self._text(t)[0]: _lp(lp) for t, lp in event.top_logprobs})
+            out["text_offset"].append(self.offset)
+            self.offset += len(text)
+        return out

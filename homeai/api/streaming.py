@@ -1,0 +1,100 @@
+"""A request stream to an HTTP answer: server-sent events, or one collected object.
+
+Either way the sequence is aborted when the answer is not read to its end: a streaming
+client that goes away cancels the generator (Starlette listens for the disconnect), and
+its `finally` aborts; a non-streaming client is watched by a task that aborts on
+`http.disconnect`. The engine frees the sequence within one step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+from fastapi.responses import StreamingResponse
+
+from homeai.api.errors import ApiError, error_body
+from homeai.engine.engine import RequestStream, TokenEvent
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DONE = "data: [DONE]\n\n"
+
+
+def sse(obj: dict) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def sse_response(stream: RequestStream, shape, *, include_usage: bool) -> StreamingResponse:
+    return StreamingResponse(_events(stream, shape, include_usage), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
+
+
+async def _events(stream: RequestStream, shape, include_usage: bool) -> AsyncIterator[str]:
+    try:
+        first = shape.first_chunk()
+        if first is not None:
+            yield sse(first)
+        async for event in stream:
+            if isinstance(event, TokenEvent) and (event.text or shape.logprobs):
+                yield sse(shape.text_chunk(event.text, [event]))
+        finish = stream.finished
+        if finish.text:
+            yield sse(shape.text_chunk(finish.text, []))
+        if finish.reason in ("error", "abort"):
+            yield sse(_failure(finish))
+        else:
+            yield sse(shape.last_chunk(finish))
+            if include_usage:
+                yield sse(shape.usage_chunk(finish))
+        yield DONE
+    finally:
+        if stream.finished is None:
+            stream.abort()
+
+
+def _failure(finish) -> dict:
+    if finish.reason == "abort":
+        return error_body("the request was aborted (the server is stopping)", "server_error", "aborted")
+    return error_body(f"generation failed: {finish.error}", "server_error", "generation_failed")
+
+
+async def collect(request: Request, stream: RequestStream) -> tuple[str, list[TokenEvent]]:
+    """The whole text and token events of a stream; aborts if the client leaves first."""
+    parts, events = [], []
+    async with abort_on_disconnect(request, [stream]):
+        async for event in stream:
+            parts.append(event.text)
+            if isinstance(event, TokenEvent):
+                events.append(event)
+    finish = stream.finished
+    if finish.reason == "error":
+        raise ApiError(500, f"generation failed: {finish.error}", code="generation_failed")
+    if finish.reason == "abort":
+        raise ApiError(503, "the request was aborted (the server is stopping)", code="aborted")
+    return "".join(parts), events
+
+
+@contextlib.asynccontextmanager
+async def abort_on_disconnect(request: Request, streams: list[RequestStream]):
+    """Abort `streams` if the client disconnects meanwhile, and any left unfinished at the end."""
+    watcher = asyncio.create_task(_watch(request, streams))
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        for stream in streams:
+            if stream.finished is None:
+                stream.abort()
+
+
+async def _watch(request: Request, streams: list[RequestStream]) -> None:
+    # The body has been read: the next message the server hands the app is the disconnect.
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            for stream in streams:
+                stream.abort()
+            return

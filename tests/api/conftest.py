@@ -1,0 +1,109 @@
+"""A real homeai server on a free loopback port, over the session's one loaded model.
+
+Only one engine may drive the runner at a time, so each test module starts at most one
+server (module-scoped) and stops it, joined, before the next module's starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import uvicorn
+
+from homeai.api.app import create_app
+from homeai.config import Config, from_dict
+from homeai.store.db import make_engine, make_sessionmaker
+from homeai.store.members import add_member
+
+# Generous: the box is shared and a step can stall for seconds under load; no test asserts on time.
+TIMEOUT = 180.0
+
+
+def api_config(tmp_dir, **sections) -> Config:
+    """A config for tests: a SQLite file in `tmp_dir`, with the given sections on top."""
+    raw = {"database": {"url": f"sqlite:///{tmp_dir / 'homeai.db'}"}}
+    for name, values in sections.items():
+        raw[name] = {**raw.get(name, {}), **values}
+    return from_dict(raw, "(tests)")
+
+
+@dataclass
+class Server:
+    url: str
+    app: object  # the FastAPI app: app.state.runtime for what a test must reach inside
+
+    @property
+    def runtime(self):
+        return self.app.state.runtime
+
+
+@contextlib.contextmanager
+def serve(cfg, runner=None):
+    """Run `create_app(cfg, runner=runner)` under uvicorn in a thread until the block ends."""
+    app = create_app(cfg, runner=runner)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn-test", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.02)
+    try:
+        yield Server(f"http://127.0.0.1:{port}", app)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+        assert not thread.is_alive(), "the test server did not stop"
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request):
+    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    """A client of the module's `server` fixture (each module defines it, with its config)."""
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT) as client:
+        yield client
+
+
+def add_token(cfg, name: str, *, admin: bool = False) -> str:
+    """A new member's bearer token, written straight into the server's store."""
+    engine = make_engine(cfg.database_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            return add_member(session, name=name, admin=admin)[1]
+    finally:
+        engine.dispose()
+
+
+def lanes(http) -> dict:
+    return http.get("/api/lanes").json()["lanes"]
+
+
+def kv(http) -> dict:
+    return http.get("/api/lanes").json()["kv"]
+
+
+def wait_for(predicate, *, timeout=30.0, interval=0.05):
+    """Poll until `predicate()` is truthy; its last value (a generous bound, not a timing check)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
