@@ -98,8 +98,10 @@ def continuous_bench(bench: Bench, n: int = 32, mean_output: int = 128, rate: fl
                         {"throughput_tok_s": tput})
 
 
-def household_bench(bench: Bench, duration_s: float = 40.0, seed: int = 0, doc_len: int = 2000) -> dict:
-    workload = workloads.household(duration_s=duration_s, seed=seed, doc_len=doc_len)
+def household_bench(bench: Bench, duration_s: float = 40.0, seed: int = 0, doc_len: int = 2000,
+                    documents: int = 2, embed_batch_size: int = 16) -> dict:
+    workload = workloads.household(duration_s=duration_s, seed=seed, doc_len=doc_len, documents=documents,
+                                   embed_batch_size=embed_batch_size)
     results = bench.compare(workload)
     quiet = bench.run(workload.without_lanes(BACKGROUND), "homeai")
     alone = bench.run(workload.only_lanes(BACKGROUND), "homeai")
