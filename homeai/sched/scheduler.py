@@ -281,8 +281,11 @@ class Scheduler:
     def _place_embed(self, plan: StepPlan, request: Request, room: int) -> int:
         n = request.num_tokens
         used = sum(len(i.tokens) for i in plan.embed_items)
+        # An input is atomic, so one larger than what is left of the step may overflow it when its
+        # turn comes: at once without interactive work, else once background's credit covers it.
         interactive_load = any(self.policies[r.lane].interactive for r in self.running)
-        fits_step = n <= room or (interactive_load and n <= self._bg_credit) or not plan.items
+        overflow = not plan.embed_items and (not interactive_load or n <= self._bg_credit)
+        fits_step = n <= room or overflow
         if (not fits_step or len(plan.embed_items) >= self.limits.embed_max_seqs
                 or used + n > self.limits.embed_max_tokens):
             return 0

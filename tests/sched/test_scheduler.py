@@ -249,3 +249,37 @@ def test_interactive_decoding_keeps_steps_short():
     grown = sched.cost.tokens_within(0.9 * sched.limits.max_step_ms)
     plan, _ = step(sched, runner, 1.2)
     assert plan.num_tokens == min(grown, 256) > short, "with no interactive decode the step grows for throughput"
+
+
+def test_embeddings_longer_than_a_step_are_not_starved_by_decoding_summaries():
+    sched, runner = create_scheduler(max_step_tokens=64), FakeRunner()
+    for i in range(3):
+        sched.add_request(create_request(lane="summaries", member=f"d{i}", num_prompt=100, max_tokens=400))
+    run_steps = 0
+    while not all(r.is_decoding for r in sched.running) or len(sched.running) < 3:
+        step(sched, runner, run_steps * 0.01)
+        run_steps += 1
+    embeds = [create_request(lane="embeddings", num_prompt=200, kind=Kind.EMBED, arrival=1.0) for _ in range(4)]
+    for r in embeds:
+        sched.add_request(r)
+    now = 2.0
+    for _ in range(50):
+        step(sched, runner, now)
+        now += 0.01
+    assert all(r.finished for r in embeds), "200-token inputs never fit a 64-token step beside decodes"
+
+
+def test_embeddings_under_interactive_load_go_once_background_credit_covers_them():
+    sched, runner = create_scheduler(max_step_tokens=64), FakeRunner()
+    embed = create_request(lane="embeddings", num_prompt=200, kind=Kind.EMBED, arrival=0.0)
+    sched.add_request(embed)
+    now = 0.0
+    for i in range(400):
+        if sched.num_waiting("chat") < 2:
+            sched.add_request(create_request(lane="chat", member=f"m{i % 3}", num_prompt=30, max_tokens=40,
+                                             arrival=now))
+        step(sched, runner, now)
+        now += 0.01
+        if embed.finished:
+            break
+    assert embed.finished
