@@ -4,6 +4,7 @@
     homeai doctor [--config FILE]
     homeai members add NAME [--admin] | list | revoke NAME | revoke --prefix PREFIX
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
+    homeai bench voice [--n 10] [--out bench-out]
 
 The config file comes from --config, else $HOMEAI_CONFIG, else the built-in defaults.
 """
@@ -64,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     engine = bsub.add_parser("engine", help="decode tok/s vs a raw llama.cpp loop; scheduler planning cost")
     engine.add_argument("--seqs", default="1,4,8,16")
     engine.add_argument("--tokens", type=int, default=64)
+    voice = bsub.add_parser("voice", help="end of speech to first answer token over /v1/voice, idle and loaded")
+    voice.add_argument("--n", type=int, default=10, help="questions per phase")
+    voice.add_argument("--out", default="bench-out", help="folder for voice.json and voice.md")
     workloads = []
     for name, help_text in (("continuous", "static vs continuous batching: N requests, exponential outputs"),
                             ("household", "chats and voice while documents are summarised and embedded"),
@@ -82,21 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, add, token, revoke, *workloads):
+    for p in (serve, doctor, members, bench, engine, voice, add, token, revoke, *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
 def cmd_serve(cfg: config_mod.Config, args) -> int:
-    import uvicorn
-
     from homeai.api.app import create_app
+    from homeai.api.shutdown import serve
 
     cfg = config_mod.with_overrides(cfg, host=args.host, port=args.port)
-    print(f"homeai: serving on http://{cfg.server.host}:{cfg.server.port} (config: {cfg.source})", flush=True)
-    uvicorn.run(create_app(cfg), host=cfg.server.host, port=cfg.server.port, log_level=args.log_level,
-                timeout_graceful_shutdown=10)
-    return 0
+    remotes = "".join(f", {lane} lane -> {r.url}" for lane, r in cfg.remotes.items())
+    print(f"homeai: serving on http://{cfg.server.host}:{cfg.server.port} (config: {cfg.source}{remotes})", flush=True)
+    return serve(create_app(cfg), cfg, log_level=args.log_level)
 
 
 def cmd_doctor(cfg: config_mod.Config, args) -> int:
@@ -159,6 +161,11 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
             runner.close()
         print(report(rows, planning_cost()))
         return 0
+    if args.workload == "voice":
+        from homeai.bench.voice_bench import run
+
+        run(cfg, n=args.n, out=Path(args.out))
+        return 0
     return run_workloads(cfg, args)
 
 
@@ -182,7 +189,8 @@ def run_workloads(cfg: config_mod.Config, args) -> int:
                                              mean_output=16 if quick else args.mean_output, rate=args.rate, seed=args.seed)
             elif name == "household":
                 doc = suite.household_bench(bench, duration_s=6 if quick else args.duration, seed=args.seed,
-                                            doc_len=300 if quick else 2000)
+                                            doc_len=300 if quick else 2000, documents=1 if quick else 2,
+                                            embed_batch_size=4 if quick else 16)
             else:
                 doc = suite.fairness_bench(bench, duration_s=4 if quick else min(args.duration, 30.0), seed=args.seed)
             for line in doc["findings"]["Targets"]:

@@ -15,6 +15,7 @@ import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_type_hints
+from urllib.parse import urlsplit
 
 from lanes import DEFAULT_POLICIES, LanePolicy
 
@@ -30,6 +31,11 @@ class ServerConfig:
     data_dir: str = ""  # empty: $XDG_DATA_HOME/homeai or ~/.local/share/homeai
     cors_origins: tuple[str, ...] = ()  # empty: same origin only
     max_body_bytes: int = 4_000_000  # a larger request body is refused with 413
+    max_messages: int = 256  # a chat request with more messages is refused with 400
+    max_output_tokens: int = 4096  # a larger max_tokens is refused with 400 (the context's edge also ends an answer)
+    max_ws_message_bytes: int = 1_048_576  # a larger WebSocket message closes its socket (1009)
+    max_websockets_per_member: int = 4  # open WebSockets (voice) per member; more are refused
+    shutdown_grace_s: float = 10.0  # on SIGTERM, requests in flight get this long to finish before they are cut short
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,19 @@ class JobsConfig:
 
 
 @dataclass(frozen=True)
+class RemoteConfig:
+    """A lane served by another OpenAI-compatible server (`[remote.<lane>]`); fair share and the
+    lane's bounded queue still apply here, before dispatch."""
+
+    url: str = ""  # the remote's OpenAI base URL, e.g. "http://gpu-box:8700/v1"
+    model: str = ""  # the model to ask the remote for; empty: whatever the client asked for
+    api_key: str = field(default="", repr=False)  # sent as "Authorization: Bearer ..."; empty: none
+    concurrency: int = 4  # requests in flight to the remote; more wait here, in fair-share order
+    timeout_s: float = 120.0  # longest silence from the remote (connecting, answering, between chunks): 504
+    fallback_local: bool = False  # when the remote fails or times out, answer with the local model instead
+
+
+@dataclass(frozen=True)
 class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -96,6 +115,7 @@ class Config:
     speech: SpeechConfig = field(default_factory=SpeechConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     lanes: dict[str, LanePolicy] = field(default_factory=lambda: dict(DEFAULT_POLICIES))
+    remotes: dict[str, RemoteConfig] = field(default_factory=dict)  # lane -> its remote server
     source: str = "(built-in defaults)"
 
     @property
@@ -114,6 +134,8 @@ SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
     "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "jobs": JobsConfig,
 }
+# Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.
+REMOTE_LANES = ("chat", "summaries", "embeddings")
 LANE_KEYS = {"weight", "window_ms", "max_batch", "max_queue", "ttft_target_ms", "itl_target_ms", "max_tokens"}
 
 
@@ -143,12 +165,15 @@ def from_dict(raw: dict[str, Any], source: str = "(dict)") -> Config:
     for section, value in raw.items():
         if section == "lanes":
             kwargs["lanes"] = _lanes(value, source)
+        elif section == "remote":
+            kwargs["remotes"] = _remotes(value, source)
         elif section in SECTIONS:
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: [{section}] must be a table")
             kwargs[section] = _section(SECTIONS[section], value, section, source)
         else:
-            raise ConfigError(f"{source}: unknown section [{section}] (known: {', '.join([*SECTIONS, 'lanes'])})")
+            known = ", ".join([*SECTIONS, "lanes", "remote"])
+            raise ConfigError(f"{source}: unknown section [{section}] (known: {known})")
     return validate(Config(**kwargs, source=source), source)
 
 
@@ -202,6 +227,21 @@ def _lanes(value: Any, source: str) -> dict[str, LanePolicy]:
     return policies
 
 
+def _remotes(value: Any, source: str) -> dict[str, RemoteConfig]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: [remote] must be a table of lane tables, e.g. [remote.summaries]")
+    remotes = {}
+    for lane, values in value.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: [remote] holds one table per lane, e.g. [remote.summaries] with "
+                              f"url = ...; {lane!r} is not one")
+        if lane not in REMOTE_LANES:
+            raise ConfigError(f"{source}: [remote.{lane}]: a remote can serve only the lanes {', '.join(REMOTE_LANES)} "
+                              "(voice answers on its socket, indexing feeds the local index)")
+        remotes[lane] = _section(RemoteConfig, values, f"remote.{lane}", source)
+    return remotes
+
+
 def _check(ok: bool, source: str, key: str, message: str) -> None:
     if not ok:
         raise ConfigError(f"{source}: {key} {message}")
@@ -212,6 +252,11 @@ def validate(cfg: Config, source: str) -> Config:
     s, m, sc = cfg.server, cfg.model, cfg.scheduler
     _check(0 < s.port < 65536, source, "server.port", f"must be 1-65535, got {s.port}")
     _check(s.max_body_bytes >= 1024, source, "server.max_body_bytes", "must be at least 1024")
+    _check(s.max_messages >= 1, source, "server.max_messages", "must be at least 1")
+    _check(s.max_output_tokens >= 1, source, "server.max_output_tokens", "must be at least 1")
+    _check(s.max_ws_message_bytes >= 1024, source, "server.max_ws_message_bytes", "must be at least 1024")
+    _check(s.max_websockets_per_member >= 1, source, "server.max_websockets_per_member", "must be at least 1")
+    _check(s.shutdown_grace_s >= 0, source, "server.shutdown_grace_s", "must be 0 or more")
     _check(cfg.auth.required or is_loopback(s.host), source, "auth.required",
            f"may be false only when server.host is a loopback address (host is {s.host!r})")
     _check(m.n_ctx >= 256, source, "model.n_ctx", f"must be at least 256, got {m.n_ctx}")
@@ -239,9 +284,21 @@ def validate(cfg: Config, source: str) -> Config:
         _check(lane.max_batch >= 1, source, f"{key}.max_batch", "must be at least 1")
         _check(lane.max_queue >= 1, source, f"{key}.max_queue", "must be at least 1")
         _check(lane.ttft_target_ms > 0 and lane.itl_target_ms > 0, source, f"{key} targets", "must be positive")
-        _check(lane.max_tokens >= 0, source, f"{key}.max_tokens", "must be 0 or more")
+        _check(0 <= lane.max_tokens <= s.max_output_tokens, source, f"{key}.max_tokens",
+               f"must be 0..server.max_output_tokens ({s.max_output_tokens}), got {lane.max_tokens}")
     _validate_jobs(cfg, source)
+    for lane, remote in cfg.remotes.items():
+        _validate_remote(remote, f"remote.{lane}", source)
     return cfg
+
+
+def _validate_remote(r: RemoteConfig, key: str, source: str) -> None:
+    parts = urlsplit(r.url)
+    _check(parts.scheme in ("http", "https") and bool(parts.hostname), source, f"{key}.url",
+           f"must be an http(s) URL like \"http://gpu-box:8700/v1\", got {r.url!r}")
+    _check(not parts.query and not parts.fragment, source, f"{key}.url", "must have no query or fragment")
+    _check(1 <= r.concurrency <= 1024, source, f"{key}.concurrency", f"must be 1-1024, got {r.concurrency}")
+    _check(r.timeout_s > 0, source, f"{key}.timeout_s", f"must be positive, got {r.timeout_s:g}")
 
 
 def _validate_jobs(cfg: Config, source: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from homeai.config import SECTIONS, Config, ConfigError, load, resolve_path, with_overrides
+from homeai.config import SECTIONS, Config, ConfigError, RemoteConfig, load, resolve_path, with_overrides
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.toml"
 
@@ -56,12 +56,34 @@ def test_example_file_loads_and_documents_every_key():
     ("[lanes.chat]\nweight = 0\n", "lanes.chat.weight must be positive"),
     ("[scheduler]\nbackground_min_share = 1.5\n", "scheduler.background_min_share must be in [0, 1)"),
     ("[model\n", "not valid TOML"),
+    ("[server]\nmax_messages = 0\n", "server.max_messages must be at least 1"),
+    ("[server]\nshutdown_grace_s = -1.0\n", "server.shutdown_grace_s must be 0 or more"),
+    ("[server]\nmax_output_tokens = 100\n", "lanes.voice.max_tokens must be 0..server.max_output_tokens (100)"),
+    ("[remote.voice]\nurl = \"http://box:8700/v1\"\n", "a remote can serve only the lanes chat, summaries, embeddings"),
+    ("[remote.chat]\nurl = \"box:8700\"\n", "remote.chat.url must be an http(s) URL"),
+    ("[remote.chat]\nurl = \"http://box/v1\"\nconcurrency = 0\n", "remote.chat.concurrency must be 1-1024"),
+    ("[remote.chat]\nurl = \"http://box/v1\"\ntimeout_s = 0\n", "remote.chat.timeout_s must be positive"),
+    ("[remote.chat]\nurl = \"http://box/v1\"\nfallback = true\n", "unknown key remote.chat.fallback"),
+    ("[remote]\nurl = \"http://box/v1\"\n", "[remote] holds one table per lane"),
 ])
 def test_bad_config_names_file_and_key(tmp_path, text, message):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as err:
         load(path)
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_remote_example_is_documented_and_loads_once_uncommented(tmp_path):
+    text = EXAMPLE.read_text()
+    block = text[text.index("# [remote.summaries]"):]
+    lines = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
+    for f in dataclasses.fields(RemoteConfig):
+        line = next(l for l in lines if l.startswith(f"{f.name} ="))
+        assert "#" in line, f"remote.{f.name} has no comment"
+    cfg = load(write(tmp_path, text + "\n".join(lines) + "\n"))
+    assert cfg.remotes["summaries"].url == "http://gpu-box:8700/v1" and not cfg.remotes["summaries"].fallback_local
+    assert load(EXAMPLE).remotes == {}  # commented out: the example serves everything locally
+    assert "api_key" not in repr(cfg.remotes["summaries"])  # a secret stays out of logs
 
 
 def test_lane_overrides_keep_the_rest_of_the_policy(tmp_path):

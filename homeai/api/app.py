@@ -14,15 +14,17 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from homeai import __version__
-from homeai.api import errors, health, lanes, metrics
+from homeai.api import errors, health, household, lanes, metrics, transcriptions, voice, web
 from homeai.api import openai as openai_routes
 from homeai.api.limits import BodyLimit
 from homeai.api.runtime import Runtime
+from homeai.api.shutdown import AdmissionMiddleware
 from homeai.config import Config
 
 
-def create_app(cfg: Config, *, runner=None) -> FastAPI:
-    """The app for `cfg`; with `runner`, serve that loaded model (not closed at shutdown)."""
+def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
+    """The app for `cfg`; with `runner` (and `stt`, a SpeechToText), serve those loaded models
+    (not closed at shutdown)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -32,15 +34,17 @@ def create_app(cfg: Config, *, runner=None) -> FastAPI:
             runtime.start()
             yield
         finally:
+            await runtime.shutdown(jobs=getattr(app.state, "jobs", None))  # a no-op after SIGTERM's drain
             runtime.stop()
 
     app = FastAPI(title="homeai", version=__version__, lifespan=lifespan)
-    app.state.runtime = Runtime(cfg, runner)
+    app.state.runtime = Runtime(cfg, runner, stt)
     errors.install(app)
-    for module in (health, openai_routes, lanes, metrics):
+    for module in (health, openai_routes, lanes, metrics, transcriptions, voice, household, web):
         app.include_router(module.router)
     if cfg.server.cors_origins:  # without the middleware, browsers keep to the same origin
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["*"],
                            allow_headers=["Authorization", "Content-Type", "X-HomeAI-Lane"])
     app.add_middleware(BodyLimit, max_bytes=cfg.server.max_body_bytes)
+    app.add_middleware(AdmissionMiddleware, admission=app.state.runtime.admission)  # outermost: 503 when stopping
     return app

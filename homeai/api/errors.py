@@ -21,7 +21,8 @@ log = logging.getLogger("homeai.api")
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
-         429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+         429: "rate_limit_error", 500: "server_error", 502: "server_error", 503: "server_error",
+         504: "server_error"}
 CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
@@ -101,3 +102,47 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _crash)
+    build = app.openapi  # FastAPI's own document, then ours on top of it, once
+    app.openapi = lambda: app.openapi_schema or _document_errors(build())
+
+
+# ---- the OpenAPI document -------------------------------------------------------------
+
+ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["message", "type"],
+    "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                   "code": {"type": ["string", "null"]}, "param": {"type": ["string", "null"]}}}}}
+EVERY_OPERATION = {"413": "The request body is too large", "503": "Not loaded yet, or shutting down"}
+DISPATCHED = {"404": "The model does not exist", "429": "The lane's queue is full (Retry-After)",
+              "502": "The lane's remote server failed", "504": "The lane's remote server did not answer in time"}
+DISPATCHED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+
+
+def _document_errors(doc: dict) -> dict:
+    """FastAPI's document, told the truth about errors: homeai answers them all in OpenAI's shape,
+    and a body or parameter that does not validate with 400, never FastAPI's 422."""
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = ERROR_SCHEMA
+    for path, operations in doc.get("paths", {}).items():
+        for operation in operations.values():
+            _error_responses(path, operation)
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return doc
+
+
+def _error_responses(path: str, operation: dict) -> None:
+    responses = operation.setdefault("responses", {})
+    had_validation = responses.pop("422", None) is not None
+    statuses = dict(EVERY_OPERATION)
+    if had_validation:
+        statuses["400"] = "The request is not valid"
+    if any(p.get("name") == "authorization" for p in operation.get("parameters", ())):
+        statuses["401"] = "Missing or invalid bearer token"
+    if "{" in path:
+        statuses["404"] = "Not found"
+    if path in DISPATCHED_PATHS:
+        statuses.update(DISPATCHED)
+    ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for status, description in statuses.items():
+        responses.setdefault(status, {"description": description, "content": ref})

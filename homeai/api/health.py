@@ -10,7 +10,7 @@ from homeai.api.deps import RuntimeDep
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz")
+@router.get("/healthz", responses={503: {"description": "Loading, failed to load, or shutting down"}})
 def healthz(runtime: RuntimeDep) -> JSONResponse:
     if runtime.error:
         return JSONResponse({"status": "error", "error": runtime.error}, status_code=503)

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
@@ -42,6 +42,9 @@ from homeai.engine.engine import (
 from homeai.sched.request import SamplingParams
 from homeai.store import conversations as convs
 from homeai.store.models import Conversation, Member, Message
+
+# A database id: larger values would overflow SQLite's integer and fail as a 500.
+ConversationId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
 router = APIRouter(prefix="/api/conversations", tags=["household"])
 
@@ -148,14 +151,14 @@ def create_conversation(body: NewConversation, runtime: RuntimeDep, member: Curr
 
 
 @router.get("/{conversation_id}")
-def get_conversation(conversation_id: int, runtime: RuntimeDep, member: CurrentMember) -> dict:
+def get_conversation(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMember) -> dict:
     with runtime.sessions() as session:
         conversation = _owned(session, member, conversation_id)
         return {**_conversation(conversation), "messages": [_message(m) for m in conversation.messages]}
 
 
 @router.patch("/{conversation_id}")
-def rename_conversation(conversation_id: int, body: Rename, runtime: RuntimeDep, member: CurrentMember) -> dict:
+def rename_conversation(conversation_id: ConversationId, body: Rename, runtime: RuntimeDep, member: CurrentMember) -> dict:
     with runtime.sessions() as session:
         conversation = convs.rename_conversation(session, member_id=_member_id(session, member),
                                                  conversation_id=conversation_id, title=body.title)
@@ -165,7 +168,7 @@ def rename_conversation(conversation_id: int, body: Rename, runtime: RuntimeDep,
 
 
 @router.delete("/{conversation_id}", status_code=204)
-async def delete_conversation(conversation_id: int, runtime: RuntimeDep, member: CurrentMember,
+async def delete_conversation(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMember,
                               inflight: InflightDep) -> Response:
     deleted = await asyncio.to_thread(_delete, runtime, member, conversation_id)
     if not deleted:
@@ -184,7 +187,7 @@ def _delete(runtime, member: Caller, conversation_id: int) -> bool:
 
 
 @router.post("/{conversation_id}/messages")
-async def send_message(conversation_id: int, body: Send, runtime: RuntimeDep, engine: EngineDep,
+async def send_message(conversation_id: ConversationId, body: Send, runtime: RuntimeDep, engine: EngineDep,
                        member: CurrentMember, inflight: InflightDep) -> StreamingResponse:
     check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
 
@@ -216,7 +219,7 @@ async def send_message(conversation_id: int, body: Send, runtime: RuntimeDep, en
 
 
 @router.post("/{conversation_id}/regenerate")
-async def regenerate(conversation_id: int, runtime: RuntimeDep, engine: EngineDep, member: CurrentMember,
+async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, engine: EngineDep, member: CurrentMember,
                      inflight: InflightDep, body: Generate | None = None) -> StreamingResponse:
     body = body or Generate()
     check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
@@ -239,7 +242,7 @@ async def regenerate(conversation_id: int, runtime: RuntimeDep, engine: EngineDe
 
 
 @router.post("/{conversation_id}/stop")
-def stop(conversation_id: int, runtime: RuntimeDep, member: CurrentMember, inflight: InflightDep) -> dict:
+def stop(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMember, inflight: InflightDep) -> dict:
     """Abort the answer in progress; its stream ends with `response.done`, finish_reason "abort"."""
     if inflight.stop((member.name, conversation_id)):
         return {"stopped": True}

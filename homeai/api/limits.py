@@ -1,15 +1,27 @@
-"""A request body larger than `server.max_body_bytes` is refused with 413, in the error shape.
+"""Limits on what a client controls, each refused with a clear error in OpenAI's shape.
 
-A declared Content-Length is checked before anything is read; a chunked body is counted as
-it arrives, and the count going over raises an `ApiError` from inside body parsing (FastAPI
-lets HTTPExceptions through there untouched, so the app's handler shapes it).
+* Request body size: `BodyLimit`, an ASGI middleware (413 over `server.max_body_bytes`). A declared
+  Content-Length is checked before anything is read; a chunked body is counted as it arrives, and
+  the count going over raises an `ApiError` from inside body parsing (FastAPI lets HTTPExceptions
+  through there untouched, so the app's handler shapes it).
+* Messages and answer length: `check_generation` (400 over `server.max_messages` or
+  `server.max_output_tokens`; answers also end at the context's edge, and prompts longer than the
+  context are refused by the engine).
+* Open sockets per member: `PerMember`, a counter the voice socket holds one unit of
+  (`server.max_websockets_per_member`). WebSocket message size is uvicorn's `ws_max_size`
+  (`server.max_ws_message_bytes`, set by `homeai serve`); audio length is `speech.max_utterance_s`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from homeai.api.errors import ApiError, error_response
+from homeai.config import ServerConfig
 
 
 class BodyLimit:
@@ -49,3 +61,61 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def check_generation(server: ServerConfig, *, max_tokens: int | None, num_messages: int = 0,
+                     max_tokens_param: str = "max_tokens") -> None:
+    """Refuse (400) a generation request over the server's message count or answer length."""
+    if num_messages > server.max_messages:
+        raise ApiError(400, f"{num_messages} messages, more than the {server.max_messages} this server takes "
+                       "(server.max_messages)", code="too_many_messages", param="messages")
+    if max_tokens is not None and max_tokens > server.max_output_tokens:
+        raise ApiError(400, f"{max_tokens_param} is {max_tokens}, more than the {server.max_output_tokens} this "
+                       "server allows (server.max_output_tokens)", code="max_tokens_too_large",
+                       param=max_tokens_param)
+
+
+class TooMany(Exception):
+    """A member already holds as many units as allowed."""
+
+
+class PerMember:
+    """Counts what each member holds open (voice sockets); thread-safe.
+
+        with runtime.websockets.hold(caller.name):   # raises TooMany over the limit
+            ... serve the socket ...
+    """
+
+    def __init__(self, max_per_member: int, what: str = "open WebSockets"):
+        self.max_per_member = max_per_member
+        self.what = what
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def acquire(self, member: str) -> None:
+        with self._lock:
+            num = self.counts.get(member, 0)
+            if num >= self.max_per_member:
+                raise TooMany(f"{member} already has {num} {self.what}, the most allowed "
+                              "(server.max_websockets_per_member)")
+            self.counts[member] = num + 1
+
+    def release(self, member: str) -> None:
+        with self._lock:
+            num = self.counts.get(member, 0) - 1
+            if num > 0:
+                self.counts[member] = num
+            else:
+                self.counts.pop(member, None)
+
+    @contextlib.contextmanager
+    def hold(self, member: str) -> Iterator[None]:
+        self.acquire(member)
+        try:
+            yield
+        finally:
+            self.release(member)
+
+    def num_held(self, member: str) -> int:
+        with self._lock:
+            return self.counts.get(member, 0)

@@ -1,9 +1,11 @@
 """OpenAI-compatible routes: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models`.
 
-A route resolves the model, the lane (body `lane`, else the `X-HomeAI-Lane` header, else
-the endpoint's default) and the sampling parameters, submits to the engine, and shapes
-what comes back. Templating and tokenising a prompt run in a worker thread, so a large
-prompt never holds up the event loop that streams everyone else's tokens.
+A route resolves the lane (body `lane`, else the `X-HomeAI-Lane` header, else the endpoint's
+default), checks the client's limits, and hands `dispatch.serve` its local answer: the model
+and the sampling parameters resolved, submitted to the engine, and what comes back shaped.
+A lane served by a remote server (`[remote.<lane>]`) is forwarded there instead.
+Templating and tokenising a prompt run in a worker thread, so a large prompt never holds up
+the event loop that streams everyone else's tokens.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from homeai.api import dispatch
 from homeai.api.auth import CurrentMember, current_member
-from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep
+from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep, get_engine
 from homeai.api.errors import ApiError, from_engine, retry_after
+from homeai.api.limits import check_generation
 from homeai.api.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from homeai.api.shapes import ChatShape, CompletionShape
 from homeai.api.streaming import abort_on_disconnect, collect, sse_response
@@ -40,52 +44,79 @@ def list_models(runtime: RuntimeDep, _engine: EngineDep) -> dict:
 
 
 @router.post("/chat/completions")
-async def chat_completions(body: ChatCompletionRequest, request: Request, engine: EngineDep, runtime: RuntimeDep,
+async def chat_completions(body: ChatCompletionRequest, request: Request, runtime: RuntimeDep,
                            member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    model = _model(runtime, body.model, "generate")
-    lane, policy = _lane(engine, body.lane or lane_header, "chat")
-    params = body.sampling(policy)
-    messages = [m.for_template() for m in body.messages]
-    stream = await _submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=lane,
-                           member=member.name, params=params, prompt_param="messages")
-    shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs)
-    if body.stream:
-        return sse_response(stream, shape, include_usage=body.include_usage)
-    text, events = await collect(request, stream)
-    return JSONResponse(shape.whole(text, events, stream.finished))
+    lane, policy = _lane(runtime, body.lane or lane_header, "chat")
+    max_tokens_param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
+    check_generation(runtime.cfg.server, max_tokens=body.max_completion_tokens or body.max_tokens,
+                     num_messages=len(body.messages), max_tokens_param=max_tokens_param)
+
+    async def local(fallback: bool) -> Response:
+        engine = get_engine(runtime)
+        model = _model(runtime, None if fallback else body.model, "generate")
+        params = body.sampling(policy)
+        messages = [m.for_template() for m in body.messages]
+        stream = await _submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=lane,
+                               member=member.name, params=params, prompt_param="messages")
+        shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs)
+        if body.stream:
+            return sse_response(stream, shape, include_usage=body.include_usage)
+        text, events = await collect(request, stream)
+        return JSONResponse(shape.whole(text, events, stream.finished))
+
+    return await dispatch.serve(runtime, request, "/chat/completions", lane=lane, member=member.name,
+                                stream=body.stream, local=local)
 
 
 @router.post("/completions")
-async def completions(body: CompletionRequest, request: Request, engine: EngineDep, runtime: RuntimeDep,
+async def completions(body: CompletionRequest, request: Request, runtime: RuntimeDep,
                       member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    model = _model(runtime, body.model, "generate")
-    lane, policy = _lane(engine, body.lane or lane_header, "chat")
-    params = body.sampling(policy)
-    prompt = body.one_prompt()
-    stream = await _submit(engine, lambda: prompt, lane=lane, member=member.name, params=params,
-                           prompt_param="prompt")
-    shape = CompletionShape(model, engine.runner.piece, logprobs=body.logprobs is not None)
-    if body.stream:
-        return sse_response(stream, shape, include_usage=body.include_usage)
-    text, events = await collect(request, stream)
-    return JSONResponse(shape.whole(text, events, stream.finished))
+    lane, policy = _lane(runtime, body.lane or lane_header, "chat")
+    check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
+
+    async def local(fallback: bool) -> Response:
+        engine = get_engine(runtime)
+        model = _model(runtime, None if fallback else body.model, "generate")
+        params = body.sampling(policy)
+        prompt = body.one_prompt()
+        stream = await _submit(engine, lambda: prompt, lane=lane, member=member.name, params=params,
+                               prompt_param="prompt")
+        shape = CompletionShape(model, engine.runner.piece, logprobs=body.logprobs is not None)
+        if body.stream:
+            return sse_response(stream, shape, include_usage=body.include_usage)
+        text, events = await collect(request, stream)
+        return JSONResponse(shape.whole(text, events, stream.finished))
+
+    return await dispatch.serve(runtime, request, "/completions", lane=lane, member=member.name,
+                                stream=body.stream, local=local)
 
 
 @router.post("/embeddings")
-async def embeddings(body: EmbeddingRequest, request: Request, engine: EngineDep, runtime: RuntimeDep,
+async def embeddings(body: EmbeddingRequest, request: Request, runtime: RuntimeDep,
                      member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    model = _model(runtime, body.model, "embed")
-    lane, policy = _lane(engine, body.lane or lane_header, "embeddings")
+    lane, policy = _lane(runtime, body.lane or lane_header, "embeddings")
     inputs = body.inputs()
     if len(inputs) > policy.max_queue:
         raise ApiError(400, f"{len(inputs)} inputs, but lane {lane!r} queues at most {policy.max_queue}",
                        code="too_many_inputs", param="input")
+
+    async def local(fallback: bool) -> Response:
+        engine = get_engine(runtime)
+        model = _model(runtime, None if fallback else body.model, "embed")
+        return await _embed(engine, request, body, inputs, lane=lane, member=member.name, model=model)
+
+    return await dispatch.serve(runtime, request, "/embeddings", lane=lane, member=member.name, stream=False,
+                                local=local)
+
+
+async def _embed(engine: Engine, request: Request, body: EmbeddingRequest, inputs: list, *, lane: str,
+                 member: str, model: str) -> Response:
     n_embd = engine.runner.info.embed_n_embd
     if body.dimensions is not None and body.dimensions != n_embd:
         raise ApiError(400, f"this model's embeddings have {n_embd} dimensions", code="invalid_value",
                        param="dimensions")
     loop = asyncio.get_running_loop()
-    streams = await _off_loop(lambda: _submit_embeds(engine, inputs, lane, member.name, loop), lane=lane,
+    streams = await _off_loop(lambda: _submit_embeds(engine, inputs, lane, member, loop), lane=lane,
                               engine=engine, prompt_param="input")
     async with abort_on_disconnect(request, streams):
         for stream in streams:
@@ -115,11 +146,12 @@ def _model(runtime, requested: str | None, purpose: str) -> str:
     return model
 
 
-def _lane(engine: Engine, name: str | None, default: str) -> tuple[str, LanePolicy]:
+def _lane(runtime, name: str | None, default: str) -> tuple[str, LanePolicy]:
     lane = name or default
-    policy = engine.policies.get(lane)
+    policies = runtime.cfg.lanes
+    policy = policies.get(lane)
     if policy is None:
-        raise ApiError(400, f"unknown lane {lane!r} (known: {', '.join(engine.policies)})", code="unknown_lane",
+        raise ApiError(400, f"unknown lane {lane!r} (known: {', '.join(policies)})", code="unknown_lane",
                        param="lane")
     return lane, policy
 

@@ -1,20 +1,30 @@
 """What one app runs: the store, the model and the engine over it, metrics and the stats writer.
 
 `open()` migrates the store and makes sure the default member exists; `start()` loads the
-model in a background thread (so `/healthz` can answer "loading" meanwhile), or at once
-when a runner was handed in; `stop()` stops the engine, and closes the runner only when it
-loaded it. One `Runtime` per app, kept in `app.state.runtime`.
+model and the speech-to-text model in a background thread (so `/healthz` can answer "loading"
+meanwhile), or starts at once over a runner handed in (and a `SpeechToText` if one is handed
+in too: tests bring what they need); `stop()` stops the engine, and closes the runner and the
+speech model only when it loaded them. Speech is optional: when it cannot load, `stt` stays
+None, `stt_error` says why, and chat still serves. One `Runtime` per app, kept in `app.state.runtime`.
+
+`shutdown()` is the graceful stop before `stop()` (SIGTERM: `homeai.api.shutdown` says what it
+does); the runtime also keeps the lanes served by remote servers (`remotes`), the admission
+state that shutdown closes, and the per-member count of open voice sockets (`websockets`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
 from pathlib import Path
 
+from homeai.api.dispatch import RemoteLanes
+from homeai.api.limits import PerMember
 from homeai.api.metrics import Metrics
 from homeai.api.recorder import StatsRecorder
+from homeai.api.shutdown import Admission
 from homeai.config import Config
 from homeai.engine.engine import Engine, create_engine
 from homeai.store import db
@@ -35,10 +45,13 @@ class ModelCard:
 
 
 class Runtime:
-    def __init__(self, cfg: Config, runner=None):
+    def __init__(self, cfg: Config, runner=None, stt=None):
         self.cfg = cfg
         self.runner = runner
         self.owns_runner = runner is None
+        self.stt = stt  # homeai.speech.stt.SpeechToText, or None (not loaded, or not loadable)
+        self.owns_stt = stt is None
+        self.stt_error: str | None = None
         self.engine: Engine | None = None
         self.error: str | None = None
         self.models: dict[str, ModelCard] = {}  # generate and embed
@@ -46,6 +59,9 @@ class Runtime:
         self.db = None
         self.sessions = None
         self.recorder: StatsRecorder | None = None
+        self.remotes = RemoteLanes(cfg)  # lanes answered by remote servers ([remote.<lane>])
+        self.admission = Admission()  # closed by `shutdown`: new requests get 503
+        self.websockets = PerMember(cfg.server.max_websockets_per_member)  # open voice sockets per member
         self._lock = threading.Lock()
         self._closing = False
 
@@ -76,12 +92,25 @@ class Runtime:
             log.exception("the model could not be loaded")
             self.error = f"the model could not be loaded: {exc}"
             return
+        stt = self.stt or self._load_stt()
         with self._lock:
             if self._closing:
                 runner.close()
+                if stt is not None and self.owns_stt:
+                    stt.close()
                 return
-            self.runner = runner
+            self.runner, self.stt = runner, stt
             self._start_engine(runner)
+
+    def _load_stt(self):
+        from homeai.speech.stt import SpeechToText
+
+        try:
+            return SpeechToText(self.cfg.speech)
+        except Exception as exc:
+            log.warning("speech to text is unavailable: %s", exc)
+            self.stt_error = f"speech to text is unavailable: {exc}"
+            return None
 
     def _start_engine(self, runner) -> None:
         # The runner's own contexts bound the scheduler, whatever the config says (tests hand one in).
@@ -93,12 +122,31 @@ class Runtime:
         self.engine = engine.start()
         log.info("serving %s", self.model_id("generate"))
 
+    async def shutdown(self, grace_s: float = 0.0, *, jobs=None) -> None:
+        """The graceful stop (SIGTERM, see `homeai.api.shutdown`): admit nothing more, tell `jobs`
+        (a JobService) to stop, give requests in flight `grace_s`, then cut the rest short. Once."""
+        if self.admission.draining:
+            return
+        self.admission.draining = True
+        jobs = jobs if jobs is not None else getattr(self, "jobs", None)
+        loop = asyncio.get_running_loop()
+        stopping_jobs = loop.run_in_executor(None, jobs.shutdown) if jobs is not None else None
+        if not await self.admission.wait_idle(grace_s):
+            log.info("cutting short %d request(s) still in flight", self.admission.num_inflight)
+        if self.engine is not None:  # every stream ends with "abort", every sequence is freed
+            await loop.run_in_executor(None, self.engine.stop, STOP_TIMEOUT_S)
+        await self.remotes.close()
+        if stopping_jobs is not None:
+            await stopping_jobs
+
     def stop(self) -> None:
         with self._lock:
             self._closing = True
-            engine, runner = self.engine, self.runner
+            engine, runner, stt = self.engine, self.runner, self.stt
         if engine is not None:
             engine.stop(timeout=STOP_TIMEOUT_S)
+        if self.owns_stt and stt is not None:
+            stt.close()
         if self.recorder is not None:
             self.recorder.stop()
         if self.owns_runner and runner is not None:

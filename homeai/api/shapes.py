@@ -25,7 +25,8 @@ def usage(finish: FinishEvent) -> dict:
 
 
 def finish_reason(finish: FinishEvent) -> str:
-    return "length" if finish.reason == "length" else "stop"
+    """OpenAI's "stop" or "length"; an answer cut short says "abort" (the server stopped) or "error"."""
+    return finish.reason if finish.reason in ("length", "abort", "error") else "stop"
 
 
 def _lp(value: float | None) -> float:

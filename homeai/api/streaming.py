@@ -1,5 +1,7 @@
 """A request stream to an HTTP answer: server-sent events, or one collected object.
 
+A stream always ends with `[DONE]`: one cut short (the server stopping, a failed step) first
+gets a final chunk with `finish_reason` "abort" or "error" and an error event saying why.
 Either way the sequence is aborted when the answer is not read to its end: a streaming
 client that goes away cancels the generator (Starlette listens for the disconnect), and
 its `finally` aborts; a non-streaming client is watched by a task that aborts on
@@ -43,12 +45,11 @@ async def _events(stream: RequestStream, shape, include_usage: bool) -> AsyncIte
         finish = stream.finished
         if finish.text:
             yield sse(shape.text_chunk(finish.text, []))
+        yield sse(shape.last_chunk(finish))  # finish_reason "abort" or "error" when cut short
         if finish.reason in ("error", "abort"):
             yield sse(_failure(finish))
-        else:
-            yield sse(shape.last_chunk(finish))
-            if include_usage:
-                yield sse(shape.usage_chunk(finish))
+        elif include_usage:
+            yield sse(shape.usage_chunk(finish))
         yield DONE
     finally:
         if stream.finished is None:
@@ -57,7 +58,7 @@ async def _events(stream: RequestStream, shape, include_usage: bool) -> AsyncIte
 
 def _failure(finish) -> dict:
     if finish.reason == "abort":
-        return error_body("the request was aborted (the server is stopping)", "server_error", "aborted")
+        return error_body("the server is shutting down; the answer was cut short", "server_error", "shutting_down")
     return error_body(f"generation failed: {finish.error}", "server_error", "generation_failed")
 
 
@@ -73,7 +74,8 @@ async def collect(request: Request, stream: RequestStream) -> tuple[str, list[To
     if finish.reason == "error":
         raise ApiError(500, f"generation failed: {finish.error}", code="generation_failed")
     if finish.reason == "abort":
-        raise ApiError(503, "the request was aborted (the server is stopping)", code="aborted")
+        raise ApiError(503, "the server is shutting down; the answer was cut short", code="shutting_down",
+                       headers={"Retry-After": "5"})
     return "".join(parts), events
 
 

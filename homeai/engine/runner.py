@@ -315,7 +315,7 @@ def build_sampler(params: SamplingParams, n_vocab: int):
     """One request's sampler chain: penalties, then greedy or top-k/top-p/min-p/temperature/dist."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
     if params.repeat_penalty != 1.0:
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(64, params.repeat_penalty, 0.0, 0.0))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(n_vocab, 64, params.repeat_penalty, 0.0, 0.0))
     if params.temperature <= 0:
         ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
         return chain

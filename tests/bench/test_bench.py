@@ -20,14 +20,15 @@ RUN_FIELDS = {"makespan_s", "overall", "lanes", "max_active_sequences", "token_b
               "step_cost_model_ms"}
 
 
-def check_report(out, name: str, policies, lanes: set[str], require_success: bool = True) -> dict:
+def check_report(out, name: str, policies, lanes: set[str], require_success: bool = True,
+                 optional_lanes: set[str] = frozenset()) -> dict:
     doc = json.loads((out / f"{name}.json").read_text())
     markdown = (out / f"{name}.md").read_text()
     assert doc["params"] and doc["command"] and doc["findings"]["Targets"]
     assert set(doc["policies"]) == set(policies)
     for policy, m in doc["policies"].items():
         assert RUN_FIELDS <= set(m), policy
-        assert set(m["lanes"]) == lanes
+        assert lanes <= set(m["lanes"]) <= lanes | optional_lanes
         for lane, groups in m["lanes"].items():
             for g in groups.values():
                 assert GROUP_FIELDS <= set(g)
@@ -56,7 +57,8 @@ def test_continuous_all_policies_real_model(bench, tmp_path):
 
 def test_household_all_policies_real_model(bench, tmp_path):
     suite.household_bench(bench, duration_s=3, doc_len=120, documents=1, embed_batch_size=2)
-    doc = check_report(tmp_path, "household", POLICIES, {"chat", "voice", "summaries", "indexing"})
+    # A 3-second household may or may not hear a voice question (Poisson arrivals).
+    doc = check_report(tmp_path, "household", POLICIES, {"chat", "summaries", "indexing"}, optional_lanes={"voice"})
     assert {"homeai_without_background", "homeai_background_alone"} == set(doc["baselines"])
     assert set(doc["chat_itl_p95_during_doc_prefill_ms"]) == set(POLICIES)
     assert "household_chat_itl.png" in doc["plots"]

@@ -1,0 +1,120 @@
+"""Graceful shutdown: what SIGTERM does to a serving homeai, and `serve`, which runs the app.
+
+systemd stops (or restarts) homeai with SIGTERM; uvicorn ends its main loop and calls
+`shutdown`, which `GracefulServer` begins with `Runtime.shutdown`:
+
+1. admission closes: a new HTTP request gets 503 `shutting_down` (with Retry-After), a new
+   WebSocket is refused;
+2. background jobs are told to stop: a running job checkpoints its run as interrupted, and
+   the next start resumes it;
+3. requests in flight get `server.shutdown_grace_s` to finish by themselves;
+4. what is left is cut short: the engine aborts its sequences and remote relays stop, and each
+   stream ends cleanly, with a final chunk (`finish_reason` "abort"), an error event saying the
+   server is shutting down, and `[DONE]`.
+
+Then uvicorn closes the listening socket and waits for the connections, and the lifespan stops
+the engine, writes the queued request statistics and closes the database. The process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Iterator
+
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from homeai.api.errors import ApiError, error_response
+from homeai.config import Config
+
+log = logging.getLogger("homeai.api")
+
+FINAL_WAIT_S = 5.0  # after the drain, connections get this long to close before uvicorn cancels them
+CLOSE_SERVICE_RESTART = 1012  # WebSocket close code: the server is restarting
+
+
+class Admission:
+    """Whether new requests are admitted, and how many are in flight."""
+
+    def __init__(self):
+        self.draining = False
+        self.num_inflight = 0
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no request is in flight, at most `timeout_s`; whether none is."""
+        deadline = time.monotonic() + timeout_s
+        while self.num_inflight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return not self.num_inflight
+
+
+class AdmissionMiddleware:
+    """Counts HTTP requests in flight; once draining, refuses new requests and sockets."""
+
+    def __init__(self, app: ASGIApp, admission: Admission):
+        self.app, self.admission = app, admission
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and self.admission.draining:
+            await send({"type": "websocket.close", "code": CLOSE_SERVICE_RESTART, "reason": "shutting down"})
+            return
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.admission.draining:
+            refusal = ApiError(503, "the server is shutting down; retry in a moment", code="shutting_down",
+                               headers={"Retry-After": "5", "Connection": "close"})
+            return await error_response(refusal)(scope, receive, send)
+        self.admission.num_inflight += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.admission.num_inflight -= 1
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn's server, draining the app's runtime before it closes the connections."""
+
+    def __init__(self, config: uvicorn.Config, app, grace_s: float):
+        super().__init__(config)
+        self.homeai_app, self.grace_s = app, grace_s
+
+    async def shutdown(self, sockets=None) -> None:
+        log.info("shutting down: draining requests for up to %g s", self.grace_s)
+        state = self.homeai_app.state
+        drain = asyncio.ensure_future(state.runtime.shutdown(self.grace_s, jobs=getattr(state, "jobs", None)))
+        while not drain.done() and not self.force_exit:  # a second Ctrl-C cuts the drain short
+            await asyncio.wait({drain}, timeout=0.1)
+        if drain.done() and drain.exception() is not None:  # the rest of the shutdown must still run
+            log.error("the graceful drain failed", exc_info=drain.exception())
+        await super().shutdown(sockets)
+
+
+def serve(app, cfg: Config, *, log_level: str = "info") -> int:
+    """Run `app` on the configured address until SIGTERM or SIGINT; 0 after a clean stop."""
+    config = uvicorn.Config(app, host=cfg.server.host, port=cfg.server.port, log_level=log_level,
+                            timeout_graceful_shutdown=FINAL_WAIT_S, ws_max_size=cfg.server.max_ws_message_bytes)
+    server = GracefulServer(config, app, cfg.server.shutdown_grace_s)
+    with _stop_signals_end_cleanly():
+        server.run()
+    return 0 if server.started else 3
+
+
+@contextlib.contextmanager
+def _stop_signals_end_cleanly() -> Iterator[None]:
+    # uvicorn handles SIGTERM/SIGINT while serving, then raises the signal again under the handlers
+    # it found, to die by it. Finding these no-ops instead, the process returns and exits 0: the
+    # drain above already was the clean stop.
+    previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore(_signum, _frame) -> None:
+    pass
