@@ -3,6 +3,7 @@
     homeai serve [--config FILE] [--host H] [--port P]
     homeai doctor [--config FILE]
     homeai members add NAME [--admin] | list | revoke NAME | revoke --prefix PREFIX
+    homeai index [PATH...] [--no-summaries]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
     homeai bench voice [--n 10] [--out bench-out]
 
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 from homeai import config as config_mod
+from homeai.jobs.cli import add_index_parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("name", nargs="?")
     revoke.add_argument("--prefix")
     members.set_defaults(func=cmd_members)
+
+    add_index_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (see docs/benchmarks.md)")
     bsub = bench.add_subparsers(dest="workload", required=True)

@@ -14,12 +14,13 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from homeai import __version__
-from homeai.api import errors, health, household, lanes, metrics, transcriptions, voice, web
+from homeai.api import errors, health, household, jobs, lanes, metrics, transcriptions, voice, web
 from homeai.api import openai as openai_routes
 from homeai.api.limits import BodyLimit
 from homeai.api.runtime import Runtime
 from homeai.api.shutdown import AdmissionMiddleware
 from homeai.config import Config
+from homeai.jobs.service import JobService
 
 
 def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
@@ -32,6 +33,7 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
         runtime.open()
         try:
             runtime.start()
+            app.state.jobs = JobService(runtime.cfg, lambda: runtime.engine, runtime.sessions).start()
             yield
         finally:
             await runtime.shutdown(jobs=getattr(app.state, "jobs", None))  # a no-op after SIGTERM's drain
@@ -40,7 +42,7 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
     app = FastAPI(title="homeai", version=__version__, lifespan=lifespan)
     app.state.runtime = Runtime(cfg, runner, stt)
     errors.install(app)
-    for module in (health, openai_routes, lanes, metrics, transcriptions, voice, household, web):
+    for module in (health, openai_routes, lanes, metrics, transcriptions, voice, household, jobs, web):
         app.include_router(module.router)
     if cfg.server.cors_origins:  # without the middleware, browsers keep to the same origin
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["*"],

@@ -10,6 +10,8 @@ the event loop that streams everyone else's tokens.
 
 from __future__ import annotations
 
+import json
+
 import asyncio
 import base64
 from collections.abc import Callable
@@ -56,16 +58,38 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, runtim
         model = _model(runtime, None if fallback else body.model, "generate")
         params = body.sampling(policy)
         messages = [m.for_template() for m in body.messages]
+        citations = []
+        if body.documents:
+            messages, citations = await _with_documents(request, messages)
         stream = await _submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=lane,
                                member=member.name, params=params, prompt_param="messages")
         shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs)
         if body.stream:
-            return sse_response(stream, shape, include_usage=body.include_usage)
+            response = sse_response(stream, shape, include_usage=body.include_usage)
+            if citations:
+                response.headers["X-HomeAI-Citations"] = json.dumps(citations, separators=(",", ":"))
+            return response
         text, events = await collect(request, stream)
-        return JSONResponse(shape.whole(text, events, stream.finished))
+        whole = shape.whole(text, events, stream.finished)
+        if body.documents:
+            whole["citations"] = citations
+        return JSONResponse(whole)
 
     return await dispatch.serve(runtime, request, "/chat/completions", lane=lane, member=member.name,
                                 stream=body.stream, local=local)
+
+
+async def _with_documents(request: Request, messages: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Put the household's best-matching chunks before the conversation; the citations to return."""
+    jobs = getattr(request.app.state, "jobs", None)
+    if jobs is None:
+        raise ApiError(400, "this server indexes no documents", code="documents_unavailable", param="documents")
+    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+    system_text, citations = await jobs.build_document_context(question, 5)
+    if not system_text:
+        return messages, []
+    cited = [{k: c[k] for k in ("n", "path", "score", "snippet")} for c in citations]
+    return [{"role": "system", "content": system_text}, *messages], cited
 
 
 @router.post("/completions")

@@ -89,6 +89,7 @@ class Sampling(Body):
 class ChatCompletionRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
+    documents: bool = False  # homeai: answer from the household's indexed documents, citing them
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 

@@ -38,8 +38,7 @@ def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress
     for n in seqs:
         prompts = _prompts(engine.runner, n)
         ours = asyncio.run(_engine_run(engine, prompts, num_tokens))
-        with engine.lock:  # the engine is idle between runs: borrow its runner for the raw loop
-            raw = raw_batched_decode(engine.runner, prompts, num_tokens)
+        raw = engine.call_in_loop(lambda runner: raw_batched_decode(runner, prompts, num_tokens))
         rows.append({"seqs": n, "homeai_tok_s": ours["tokens"] / ours["seconds"],
                      "raw_tok_s": raw["tokens"] / raw["seconds"],
                      "ratio": (ours["tokens"] / ours["seconds"]) / (raw["tokens"] / raw["seconds"])})

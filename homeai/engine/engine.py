@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -144,6 +145,7 @@ class Engine:
         self.on_finish: list[Callable[[RequestStats], None]] = []
         self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0}
         self._ids = itertools.count()
+        self._calls: deque = deque()  # call_in_loop() work, run between steps
         self._accepting = True
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -270,11 +272,31 @@ class Engine:
 
     # ---- the loop --------------------------------------------------------------
 
+    def call_in_loop(self, fn: Callable, timeout: float | None = None):
+        """Run `fn(runner)` on the engine thread between steps (llama.cpp's thread pool belongs to
+        the thread that decodes: benchmarks compare on the same thread)."""
+        future: Future = Future()
+        with self.lock:
+            self._calls.append((fn, future))
+            self.lock.notify_all()
+        return future.result(timeout)
+
+    def _run_calls(self) -> None:
+        while self._calls:
+            fn, future = self._calls.popleft()
+            try:
+                future.set_result(fn(self.runner))
+            except Exception as exc:
+                future.set_exception(exc)
+
     def _loop(self) -> None:
         while True:
             with self.lock:
                 if self._stop:
                     return
+                if self._calls and not self.scheduler.has_work():
+                    self._run_calls()
+                    continue
                 plan = self.scheduler.schedule(self.clock())
                 if plan.empty and not plan.release and not plan.done:
                     self.lock.wait(self._idle_timeout())
@@ -289,14 +311,18 @@ class Engine:
             with self.lock:
                 self.counters["steps"] += 1
                 self.counters["step_tokens"] += plan.num_tokens
-                outputs = self.scheduler.update(plan, result, self.clock())
-                for output in outputs:
-                    self._deliver(output)
+                try:
+                    for output in self.scheduler.update(plan, result, self.clock()):
+                        self._deliver(output)
+                except Exception as exc:  # a bug must fail its requests, not silently stop the loop
+                    log.exception("step %d could not be recorded", plan.step_id)
+                    self._fail(plan, f"internal error: {exc}")
 
-    def _idle_timeout(self) -> float | None:
+    def _idle_timeout(self) -> float:
         now = self.clock()
         wake = self.scheduler.next_wakeup(now)
-        return None if wake is None else max(wake - now, 0.0005)
+        # Submissions and aborts notify at once; the bound only keeps a missed wakeup from hanging.
+        return 1.0 if wake is None else min(max(wake - now, 0.0005), 1.0)
 
     def _deliver(self, output: Output) -> None:
         request = output.request

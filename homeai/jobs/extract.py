@@ -1,0 +1,167 @@
+"""What text a file holds: plain text, Markdown, HTML (scripts and styles stripped) or PDF.
+
+`read_file(path)` returns the raw bytes and their hash, or a `Skip` naming why the file
+cannot be read (a broken link, a FIFO, a permission). `extract_text(path, data)` returns
+the text, or a `Skip` for binary data, a damaged or encrypted PDF, or a file with no text.
+Nothing here raises for a bad file: a bad file is a reason, not a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+SNIFF_BYTES = 8192
+MAX_FILE_BYTES = 64 * 2**20  # a household document is smaller; a video is not a document
+BINARY = "binary file (not text, Markdown, HTML or PDF)"
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+@dataclass(frozen=True)
+class FileData:
+    data: bytes
+    content_hash: str  # sha256 of the bytes
+    size: int
+    mtime: float
+
+
+def read_file(path: Path) -> FileData | Skip:
+    """The file's bytes, or why they are not worth reading: never blocks on a FIFO or a device,
+    and reads only the first few KB of a binary file (a photo library costs little)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Skip("unreadable: a broken symbolic link" if path.is_symlink() else "unreadable: the file vanished")
+    except OSError as e:
+        return Skip(f"unreadable: {e.strerror or e}")
+    if not stat.S_ISREG(st.st_mode):
+        return Skip("unreadable: not a regular file (a FIFO, socket or device)")
+    if st.st_size > MAX_FILE_BYTES:
+        return Skip(f"too large ({st.st_size // 2**20} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB)")
+    try:
+        with path.open("rb") as f:
+            head = f.read(SNIFF_BYTES)
+            if b"\x00" in head and not head.startswith(b"%PDF-"):
+                return Skip(BINARY)
+            data = head + f.read()
+    except OSError as e:
+        return Skip(f"unreadable: {e.strerror or e}")
+    return FileData(data, hashlib.sha256(data).hexdigest(), len(data), st.st_mtime)
+
+
+def extract_text(path: Path, data: bytes) -> str | Skip:
+    """The document's text, or why there is none to index."""
+    suffix = path.suffix.lower()
+    if suffix == ".pdf" or data.startswith(b"%PDF-"):
+        text = _pdf_text(data)
+    else:
+        text = _decode(data)
+        if not isinstance(text, Skip) and (suffix in HTML_SUFFIXES or _looks_like_html(text)):
+            text = html_text(text)
+    if isinstance(text, Skip):
+        return text
+    text = text.replace("\r\n", "\n").replace("\x00", "")
+    return text if text.strip() else Skip("no text in the file")
+
+
+def _decode(data: bytes) -> str | Skip:
+    if b"\x00" in data[:SNIFF_BYTES]:
+        return Skip(BINARY)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    # Older household files are often Windows-1252; accept them only if they read as text.
+    try:
+        text = data.decode("cp1252")
+    except UnicodeDecodeError:
+        return Skip("binary file (not UTF-8 or Windows-1252 text)")
+    sample = text[:SNIFF_BYTES]
+    controls = sum(1 for c in sample if ord(c) < 32 and c not in "\n\r\t\f")
+    if controls > len(sample) * 0.02:
+        return Skip("binary file (not UTF-8 or Windows-1252 text)")
+    return text
+
+
+def _looks_like_html(text: str) -> bool:
+    head = text[:512].lstrip().lower()
+    return head.startswith("<!doctype html") or head.startswith("<html")
+
+
+def _pdf_text(data: bytes) -> str | Skip:
+    from pypdf import PdfReader  # only when a PDF shows up
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # a damaged PDF is reported as a skip, once
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            return Skip("unreadable PDF: encrypted")
+        return "\n\n".join(page.extract_text() or "" for page in reader.pages)
+    except Exception as e:  # pypdf raises many types for damaged files
+        return Skip(f"unreadable PDF: {type(e).__name__}: {e}"[:300])
+
+
+class _TextOfHTML(HTMLParser):
+    SKIP = {"script", "style", "noscript", "template", "svg"}
+    BLOCKS = {"p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article", "header", "footer",
+              "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "title", "dd", "dt"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skipping = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.SKIP:
+            self.skipping += 1
+        elif tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag in self.SKIP:
+            self.skipping = max(self.skipping - 1, 0)
+        elif tag in self.BLOCKS:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if not self.skipping:
+            self.parts.append(data)
+
+
+def html_text(html: str) -> str:
+    """The visible text of an HTML page: blocks on their own lines, scripts and styles gone."""
+    parser = _TextOfHTML()
+    parser.feed(html)
+    parser.close()
+    lines = (" ".join(line.split()) for line in "".join(parser.parts).split("\n"))
+    text = "\n".join(lines)
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text.strip()
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def walk(root: Path):
+    """Every file under `root` (or `root` itself), hidden files and folders left out, in a stable order."""
+    if not root.is_dir():
+        yield root
+        return
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not is_hidden(d))
+        for name in sorted(files):
+            if not is_hidden(name):
+                yield Path(folder) / name
