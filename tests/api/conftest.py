@@ -44,9 +44,9 @@ class Server:
 
 
 @contextlib.contextmanager
-def serve(cfg, runner=None):
-    """Run `create_app(cfg, runner=runner)` under uvicorn in a thread until the block ends."""
-    app = create_app(cfg, runner=runner)
+def serve(cfg, runner=None, **app_kwargs):
+    """Run `create_app(cfg, runner=runner, **app_kwargs)` under uvicorn in a thread until the block ends."""
+    app = create_app(cfg, runner=runner, **app_kwargs)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

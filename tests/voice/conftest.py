@@ -9,18 +9,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 from websockets.asyncio.client import connect
 
-from homeai.api.app import create_app
 from homeai.config import SpeechConfig
 from homeai.speech.stt import SpeechToText
 from tests.api.conftest import TIMEOUT, Server
+from tests.api.conftest import serve as api_serve
 from tests.speech.conftest import SENTENCE, Utterance, synthesise
 
 RATE = 16000
@@ -50,28 +47,9 @@ def anyio_backend():
     return "asyncio"
 
 
-@contextlib.contextmanager
 def serve(cfg, runner, stt):
-    """`create_app(cfg, runner=..., stt=...)` under uvicorn in a thread on a free loopback port."""
-    app = create_app(cfg, runner=runner, stt=stt)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn-voice", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the test server did not start")
-        time.sleep(0.02)
-    try:
-        yield Server(f"http://127.0.0.1:{sock.getsockname()[1]}", app)
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
-        assert not thread.is_alive(), "the test server did not stop"
+    """The api tests' server, with a loaded speech model handed in too."""
+    return api_serve(cfg, runner, stt=stt)
 
 
 def silence(seconds: float, rate: int = RATE) -> bytes:
