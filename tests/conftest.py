@@ -9,7 +9,7 @@ import pytest
 from homeai.config import from_dict
 
 
-def test_config(**model):
+def small_config(**model):
     """A small, quick configuration over the embedded model (2 threads, as on the CI box)."""
     base = {"n_ctx": 4096, "n_seq_max": 16, "n_batch": 256, "n_threads": min(os.cpu_count() or 2, 4),
             "embed_n_ctx": 1024, "embed_n_seq_max": 16}
@@ -22,7 +22,7 @@ def runner():
     from homeai.engine.runner import Runner
     from homeai.models import generation_model
 
-    cfg = test_config()
+    cfg = small_config()
     loaded = Runner(cfg.model, generation_model(cfg))
     yield loaded
     loaded.close()

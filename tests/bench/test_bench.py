@@ -12,7 +12,7 @@ import pytest
 from homeai.bench import suite
 from homeai.bench.policies import POLICIES
 from homeai.engine.engine import scheduler_limits
-from tests.conftest import test_config
+from tests.conftest import small_config
 
 GROUP_FIELDS = {"requests", "succeeded", "success_rate", "ttft_ms", "itl_ms", "e2e_ms", "throughput_req_s",
                 "throughput_tok_s", "goodput_req_s", "preemptions"}
@@ -44,7 +44,7 @@ def check_report(out, name: str, policies, lanes: set[str], require_success: boo
 
 @pytest.fixture
 def bench(runner, tmp_path):
-    cfg = test_config()
+    cfg = small_config()
     return suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=runner, out=tmp_path, quiet=True)
 
 
@@ -74,7 +74,7 @@ def test_fairness_real_model(bench, tmp_path):
 
 
 def test_simulation_mode_says_so(tmp_path):
-    cfg = test_config()
+    cfg = small_config()
     bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=None, profile="gpu-consumer-8b",
                         out=tmp_path, quiet=True)
     suite.continuous_bench(bench, n=16, mean_output=32)
@@ -88,7 +88,7 @@ def test_simulation_mode_says_so(tmp_path):
 
 def test_fair_share_holds_in_simulation(tmp_path):
     """The pure scheduler, driven by a step-cost model: the light member gets its half."""
-    cfg = test_config()
+    cfg = small_config()
     bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=None, out=tmp_path, quiet=True)
     suite.fairness_bench(bench, duration_s=10)
     shares = json.loads((tmp_path / "fairness.json").read_text())["shares"]

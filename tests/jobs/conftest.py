@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from homeai.config import from_dict
 from homeai.store.db import make_engine, make_sessionmaker, migrate
 from homeai.store.models import Chunk, Document
-from tests.conftest import test_config
+from tests.conftest import small_config
 
 TOPICS = {
     "garden.md": "# Garden\n\nThe tomatoes on the balcony need watering every morning in July. "
@@ -33,7 +33,7 @@ TOPICS = {
 
 def jobs_config(tmp_path, **jobs):
     """The shared test model's config, a SQLite file and data dir in tmp_path, small chunks, no summaries."""
-    model = {k: getattr(test_config().model, k) for k in ("n_ctx", "n_seq_max", "n_batch", "n_threads",
+    model = {k: getattr(small_config().model, k) for k in ("n_ctx", "n_seq_max", "n_batch", "n_threads",
                                                            "embed_n_ctx", "embed_n_seq_max")}
     raw = {"server": {"data_dir": str(tmp_path / "data")},
            "database": {"url": f"sqlite:///{tmp_path / 'data' / 'homeai.db'}"},
