@@ -183,7 +183,7 @@ def run_workloads(cfg: config_mod.Config, args) -> int:
         from homeai.models import generation_model
 
         runner = Runner(cfg.model, generation_model(cfg))
-    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=runner, profile=args.simulate, out=Path(args.out))
+    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg, runner and runner.info), runner=runner, profile=args.simulate, out=Path(args.out))
     names = ["continuous", "household", "fairness"] if args.workload == "all" else [args.workload]
     quick = args.quick
     try:

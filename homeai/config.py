@@ -53,6 +53,7 @@ class ModelConfig:
     n_threads: int = 0  # 0: all cores
     n_gpu_layers: int = 0  # layers offloaded to the GPU; -1: all
     use_extra_bufts: bool = False  # llama.cpp's CPU repack/AMX buffers: faster, but segfault on some CPUs
+    flash_attn: str = "auto"  # on | off | auto: on with GPU offload, off on the CPU (slow there for long contexts)
     embed_n_ctx: int = 2048  # tokens in one embedding step (also the longest embeddable input)
     embed_n_seq_max: int = 64  # inputs embedded in one step
 
@@ -265,6 +266,7 @@ def validate(cfg: Config, source: str) -> Config:
            f"must be between model.n_seq_max and model.n_ctx, got {m.n_batch}")
     _check(m.n_threads >= 0, source, "model.n_threads", "must be 0 (all cores) or more")
     _check(m.n_gpu_layers >= -1, source, "model.n_gpu_layers", "must be -1 (all) or more")
+    _check(m.flash_attn in ("auto", "on", "off"), source, "model.flash_attn", f"must be auto, on or off, got {m.flash_attn!r}")
     _check(m.embed_n_ctx >= 64, source, "model.embed_n_ctx", "must be at least 64")
     _check(1 <= m.embed_n_seq_max <= 256, source, "model.embed_n_seq_max", "must be 1-256")
     for key in ("path", "embedding_path"):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from homeai.bench.policies import make_scheduler
 from homeai.bench.workloads import Spec, Workload, prompt_tokens
+from homeai.sched.costmodel import StepCostModel
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 from homeai.sched.scheduler import QueueFull, SchedulerLimits, StepPlan, StepResult
 from lanes.base import LanePolicy
@@ -63,7 +64,7 @@ class RunResult:
     records: list[RequestRecord]
     steps: list[StepRecord]
     limits: dict
-    cost_model: tuple[float, float]
+    cost_model: tuple[float, ...]  # a, b, c, d of homeai.sched.costmodel
     lanes: dict[str, dict]
 
     @property
@@ -73,10 +74,10 @@ class RunResult:
 
 
 class SimRunner:
-    """A model that takes `base_ms + per_token_ms * tokens` per step and samples token 1000."""
+    """A model whose steps take what a step-cost model with these coefficients says; it samples token 1000."""
 
-    def __init__(self, base_ms: float, per_token_ms: float):
-        self.base_ms, self.per_token_ms = base_ms, per_token_ms
+    def __init__(self, *coefficients: float):
+        self.model = StepCostModel(prior=tuple(coefficients))
 
     def reset(self) -> None:
         pass
@@ -84,7 +85,7 @@ class SimRunner:
     def run(self, plan: StepPlan) -> StepResult:
         samples = {i.request_id: Sample(1000) for i in plan.items if i.sample}
         embeds = {i.request_id: [0.0] for i in plan.embed_items}
-        elapsed = self.base_ms + self.per_token_ms * plan.num_tokens if not plan.empty else 0.0
+        elapsed = 0.0 if plan.empty else self.model.predict_ms(plan.num_tokens, plan.context_cells, plan.num_outputs)
         return StepResult(samples, embeds, elapsed_ms=elapsed)
 
 
@@ -132,7 +133,7 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
             nxt = sched.next_wakeup(now)
             if nxt is not None and nxt > now:
                 wake.append(nxt)
-            if plan.release or plan.done:
+            if plan.release or plan.embed_release or plan.done:
                 runner.run(plan)
             clock.sleep_until(min(wake) if wake else now + 0.001)
             continue
@@ -155,9 +156,8 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
                 _finish(rec, out.request, end, live, progress)
     for request_id, request in list(live.items()):  # aborted at the time limit
         _finish(records[request_id], request, clock.now(), live, progress)
-    a, b = sched.cost.coefficients
     return RunResult(policy, workload.name, simulated, list(records.values()), steps,
-                     limits.__dict__.copy(), (a, b), {k: v.__dict__.copy() for k, v in lanes.items()})
+                     limits.__dict__.copy(), sched.cost.coefficients, {k: v.__dict__.copy() for k, v in lanes.items()})
 
 
 def _finish(rec: RequestRecord, request: Request, now: float, live: dict, progress) -> None:

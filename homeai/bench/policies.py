@@ -20,7 +20,7 @@ from lanes.base import LanePolicy
 
 
 class FifoScheduler(Scheduler):
-    def _budget(self, decoding: list[Request]) -> int:
+    def _budget(self, decoding: list[Request], context_cells: int, now: float) -> int:
         return self.limits.max_step_tokens
 
     def _fill(self, plan: StepPlan, now: float, *, interactive: bool, budget: int) -> int:
@@ -64,8 +64,8 @@ class FifoScheduler(Scheduler):
     def _victim(self) -> Request | None:
         return self.running[-1] if self.running else None
 
-    def _has_background_work(self, now: float) -> bool:
-        return False  # no reserve: one class
+    def _background_usable(self, now: float, room: int) -> int | None:
+        return None  # no reserve: one class
 
 
 class SerialScheduler(FifoScheduler):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from homeai.bench.driver import RequestRecord, RunResult
 from homeai.engine.stats import percentile
+from homeai.sched import costmodel
 
 
 def _pcts(values: list[float], scale: float = 1000.0) -> dict:
@@ -59,7 +60,7 @@ def run_metrics(result: RunResult) -> dict:
         "kv_cells": {"total": result.limits["num_cells"], "peak_used": max((s.kv_used for s in steps), default=0)},
         "preemptions": sum(r.preemptions for r in result.records),
         "steps": len(steps),
-        "step_cost_model_ms": {"base": round(result.cost_model[0], 3), "per_token": round(result.cost_model[1], 4)},
+        "step_cost_model_ms": costmodel.named(result.cost_model),
     }
 
 

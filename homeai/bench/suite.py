@@ -19,15 +19,17 @@ from tqdm import tqdm
 from homeai.bench import plots, report, workloads
 from homeai.bench.driver import RunResult, SimRunner, run
 from homeai.bench.policies import POLICIES
+from homeai.sched import costmodel
 from homeai.sched.scheduler import SchedulerLimits
 from lanes.base import LanePolicy
 
 BACKGROUND = {"summaries", "indexing", "embeddings"}
 
-# Step-cost profiles for simulation: milliseconds per step = base + per_token * tokens.
+# Step-cost profiles for simulation (homeai.sched.costmodel): milliseconds per step =
+# base + per_token * tokens + per_token_per_kcell * tokens * KV cells in use / 1000 + per_output * outputs.
 PROFILES = {
-    "cpu-smollm2": (11.0, 3.0),  # SmolLM2-135M Q4_1 on 2 CPU threads, fitted here
-    "gpu-consumer-8b": (12.0, 0.12),  # an 8B Q4 model on a 24 GB consumer GPU (about 8k tok/s prefill)
+    "cpu-smollm2": (11.0, 3.4, 1.2, 1.0),  # SmolLM2-135M Q4_1 on 2 CPU threads, fitted here
+    "gpu-consumer-8b": (12.0, 0.12, 0.01, 0.05),  # an 8B Q4 model on a 24 GB consumer GPU (about 8k tok/s prefill)
 }
 
 
@@ -64,12 +66,12 @@ class Bench:
         return doc
 
 
-def load_profile(profile: str) -> tuple[float, float]:
+def load_profile(profile: str) -> tuple[float, ...]:
     if profile in PROFILES:
         return PROFILES[profile]
     data = json.loads(Path(profile).read_text())  # a report from a real run: its fitted step-cost model
     cost = data["policies"]["homeai"]["step_cost_model_ms"]
-    return cost["base"], cost["per_token"]
+    return tuple(float(cost.get(name, 0.0)) for name in costmodel.NAMES)
 
 
 def _machine(runner) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from homeai.engine.stats import LaneWindow, RequestStats
 from homeai.engine.text import TextStream
+from homeai.sched import costmodel
 from homeai.sched.request import Kind, Request, SamplingParams
 from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan
 from lanes.base import LanePolicy
@@ -298,7 +299,7 @@ class Engine:
                     self._run_calls()
                     continue
                 plan = self.scheduler.schedule(self.clock())
-                if plan.empty and not plan.release and not plan.done:
+                if plan.empty and not plan.release and not plan.embed_release and not plan.done:
                     self.lock.wait(self._idle_timeout())
                     continue
             try:
@@ -373,9 +374,8 @@ class Engine:
                      for name, policy in self.policies.items()}
             kv = {"cells_total": sched.kv.num_cells, "cells_used": sched.kv.num_used_cells,
                   "seqs_total": sched.limits.num_seqs, "seqs_used": len(sched.kv.allocated)}
-            a, b = sched.cost.coefficients
             return {"lanes": lanes, "kv": kv, "steps": self.counters["steps"],
-                    "step_cost_ms": {"base": a, "per_token": b}}
+                    "step_cost_ms": costmodel.named(sched.cost.coefficients)}
 
 
 def _policy_dict(policy: LanePolicy) -> dict:
@@ -388,15 +388,17 @@ async def _last(stream: RequestStream) -> FinishEvent:
     return stream.finished
 
 
-def scheduler_limits(cfg) -> SchedulerLimits:
-    """The scheduler's limits from the config's model and scheduler sections."""
+def scheduler_limits(cfg, info=None) -> SchedulerLimits:
+    """The scheduler's limits from the config's model and scheduler sections (and the loaded model's
+    facts, when given: whether its embedding model can embed an input in chunks)."""
     m, s = cfg.model, cfg.scheduler
     return SchedulerLimits(
         num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
         embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, w_in=s.w_in, w_out=s.w_out,
-        background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms)
+        background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms,
+        embed_chunked=info.embed_chunked if info is not None else True)
 
 
 def create_engine(cfg, runner) -> Engine:
     """An engine over a loaded runner, with the scheduler limits the config and model allow."""
-    return Engine(runner, cfg.lanes, scheduler_limits(cfg))
+    return Engine(runner, cfg.lanes, scheduler_limits(cfg, runner.info))

@@ -7,8 +7,10 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
 2. prefill chunks with what is left of the step's token budget: interactive lanes first
    (with a share kept for background work when it is backlogged), then background lanes,
    each class ordered by token-aware fair share over (lane, member) pairs;
-3. embedding inputs (atomic: a whole input in one step) compete with prefill chunks in
-   the background class.
+3. embedding inputs compete with prefill chunks in the background class; they are chunked
+   too (the embedding context keeps each input's cells until it is done, and the runner
+   pools across chunks), unless the embedding model cannot (an encoder without a KV cache),
+   where an input is atomic.
 
 The budget adapts to a step-cost model: while an interactive lane decodes, a step is kept
 within its inter-token-latency target; otherwise it grows for throughput. KV admission
@@ -44,20 +46,21 @@ class SchedulerLimits:
     num_cells: int  # KV cells of the generation context
     num_seqs: int  # sequence ids of the generation context
     max_step_tokens: int  # the most tokens one step may carry (llama.cpp's n_batch)
-    embed_max_tokens: int  # the most embedding tokens in one step
-    embed_max_seqs: int  # the most embedding inputs in one step
+    embed_max_tokens: int  # cells of the embedding context: the most embedding tokens in flight
+    embed_max_seqs: int  # sequence ids of the embedding context: the most inputs in flight
     w_in: float = 1.0
     w_out: float = 2.0
     background_min_share: float = 0.1
     min_chunk: int = 16
     max_step_ms: float = 250.0
+    embed_chunked: bool = True  # the embedding model keeps a KV cache, so an input may span steps
 
 
 @dataclass(frozen=True)
 class ScheduledItem:
     request_id: str
     kind: Kind
-    seq_id: int | None  # None for embeddings: they use their own context
+    seq_id: int | None  # for embeddings, a sequence of the embedding context
     start: int  # position of the first token
     tokens: list[int]
     sample: bool  # a token is sampled after this chunk
@@ -71,8 +74,14 @@ class StepPlan:
     items: list[ScheduledItem] = field(default_factory=list)  # generation: one llama_decode
     embed_items: list[ScheduledItem] = field(default_factory=list)
     release: list[int] = field(default_factory=list)  # seq ids whose KV to drop before decoding
+    embed_release: list[int] = field(default_factory=list)  # the same, in the embedding context
     done: list[str] = field(default_factory=list)  # requests whose sampler state may go
     budget: int = 0
+    context_cells: int = 0  # KV cells holding context when the step was planned (the cost model's input)
+
+    @property
+    def num_outputs(self) -> int:
+        return sum(1 for i in self.items if i.sample)
 
     @property
     def num_tokens(self) -> int:
@@ -103,16 +112,20 @@ class Scheduler:
         self.policies = policies
         self.limits = limits
         self.kv = KVManager(limits.num_cells, limits.num_seqs)
+        self.embed_kv = KVManager(limits.embed_max_tokens, limits.embed_max_seqs)
+        self.embedding: list[Request] = []  # embedding inputs admitted and not yet done
         self.fair = FairShare(limits.w_in, limits.w_out)
         self.cost = StepCostModel()
         self.waiting: dict[str, deque[Request]] = {name: deque() for name in policies}
         self.running: list[Request] = []  # in admission order
         self.requests: dict[str, Request] = {}
         self._release: list[int] = []
+        self._embed_release: list[int] = []
         self._done: list[str] = []
         self._steps = itertools.count()
         self._bg_credit = 0.0  # deficit counter: background tokens owed under interactive load
         self._shrink = 1.0  # < 1 after llama.cpp found no KV slot
+        self._min_chunk = limits.min_chunk  # this step's smallest prefill chunk worth placing
         self._plan: StepPlan | None = None  # the plan being built, while schedule() runs
         self._num_decoding = 0  # sequences decoding this step: each needs one more cell
         self._failed_need = {True: math.inf, False: math.inf}  # per class, the smallest refused admission
@@ -146,7 +159,7 @@ class Scheduler:
             self._finish(request, reason, now)
 
     def has_work(self) -> bool:
-        return bool(self.running) or any(self.waiting.values())
+        return bool(self.running) or bool(self.embedding) or any(self.waiting.values())
 
     def num_waiting(self, lane: str) -> int:
         return len(self.waiting[lane])
@@ -167,39 +180,69 @@ class Scheduler:
         self._num_decoding = len(decoding)
         self._failed_need = {True: math.inf, False: math.inf}
         self._cutoffs = {}
-        plan.budget = self._budget(decoding)
+        plan.context_cells = sum(r.num_computed_tokens for r in self.running)
+        plan.budget = self._budget(decoding, plan.context_cells, now)
         for request in decoding:
             if request.status is Status.RUNNING:  # an earlier one may have preempted it
                 self._grow(request, request.num_computed_tokens + 1)  # may preempt, itself included
         plan.items = [self._item(r, 1) for r in decoding if r.status is Status.RUNNING]
         left = plan.budget - len(plan.items)
-        reserve = self._background_reserve(now, plan.budget, left)
+        usable = self._background_usable(now, left)
+        reserve = self._background_reserve(usable, left)
         used = self._fill(plan, now, interactive=True, budget=left - reserve)
         self._fill(plan, now, interactive=False, budget=left - used)
-        plan.release, plan.done = self._release, self._done
-        self._release, self._done, self._plan = [], [], None
+        self._settle_background_credit(plan, backlogged=usable is not None)
+        plan.release, plan.embed_release, plan.done = self._release, self._embed_release, self._done
+        self._release, self._embed_release, self._done, self._plan = [], [], [], None
         return plan
 
-    def _background_reserve(self, now: float, budget: int, left: int) -> int:
-        """Tokens of this step kept for background work: its minimum share, paid as a deficit
-        counter so that a chunk worth scheduling goes out every few steps under interactive load."""
-        if not self._has_background_work(now):
-            self._bg_credit = 0.0
+    def _background_reserve(self, usable: int | None, left: int) -> int:
+        """Tokens of this step kept for background work: what it is owed of its minimum share
+        (a deficit counter, see `_settle_background_credit`), if it can use them this step."""
+        if not usable or self._bg_credit < self._min_chunk:
             return 0
-        cap = max(self.limits.embed_max_tokens, self.limits.max_step_tokens)
-        self._bg_credit = min(self._bg_credit + self.limits.background_min_share * budget, cap)
-        if self._bg_credit < self.limits.min_chunk:
-            return 0
-        return max(min(int(self._bg_credit), left), 0)
+        return max(min(int(self._bg_credit), left, usable), 0)
 
-    def _budget(self, decoding: list[Request]) -> int:
+    def _settle_background_credit(self, plan: StepPlan, backlogged: bool) -> None:
+        """While background work is backlogged it is owed `background_min_share` of every step's
+        tokens and is paid with the tokens it gets; an atomic embedding input larger than a step
+        waits until the debt covers it (or no interactive work is running)."""
+        if not backlogged:
+            self._bg_credit = 0.0
+            return
+        got = sum(len(i.tokens) for i in plan.items if not self.policies[self.requests[i.request_id].lane].interactive)
+        got += sum(len(i.tokens) for i in plan.embed_items)
+        owed = self.limits.background_min_share * plan.num_tokens
+        cap = max(self.limits.embed_max_tokens, self.limits.max_step_tokens)
+        self._bg_credit = min(max(self._bg_credit + owed - got, 0.0), cap)
+
+    def _budget(self, decoding: list[Request], context_cells: int, now: float) -> int:
+        """Tokens this step may carry, as the cost model predicts them over the cells in use.
+
+        While an interactive lane decodes, the step is kept within its inter-token target, and
+        any prefill chunk that fits rides along (however small: the step's fixed cost is paid
+        anyway); a new interactive request still gets `min_chunk`, so a chat is not starved by
+        others reading. Otherwise the step grows to `max_step_ms` for throughput."""
         limits = self.limits
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if self.policies[r.lane].interactive]
-        target = min(targets) if targets else limits.max_step_ms
-        tokens = self.cost.tokens_within(target * 0.9)
-        floor = len(decoding) + limits.min_chunk
+        # Aim below the target: the model's error and the machine's noise land on both sides of it.
+        aim = 0.8 * min(targets) if targets else 0.9 * limits.max_step_ms
+        tokens = self.cost.tokens_within(aim, context_cells, outputs=len(decoding))
+        if targets:
+            self._min_chunk = 1
+            floor = len(decoding) + (limits.min_chunk if self._interactive_prefill_pending(now) else 0)
+        else:
+            self._min_chunk = limits.min_chunk
+            floor = len(decoding) + limits.min_chunk
         budget = max(min(tokens, limits.max_step_tokens), floor)
         return min(max(int(budget * self._shrink), len(decoding) + 1), limits.max_step_tokens)
+
+    def _interactive_prefill_pending(self, now: float) -> bool:
+        if any(self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
+            return True
+        return any(queue and self.policies[lane].interactive
+                   and (queue[0].arrival_time <= self._lane_cutoff(lane, now) or queue[0].num_preemptions)
+                   for lane, queue in self.waiting.items())
 
     def _fill(self, plan: StepPlan, now: float, *, interactive: bool, budget: int) -> int:
         """Give prefill chunks (and embedding inputs) of one class by fair share; tokens used."""
@@ -229,7 +272,7 @@ class Scheduler:
     def _candidates(self, now: float, *, interactive: bool) -> dict[tuple[str, str], deque[Request]]:
         """Each backlogged pair's requests in order: partial prefills, then eligible waiting."""
         out: dict[tuple[str, str], deque[Request]] = {}
-        for request in self.running:
+        for request in [*self.running, *self.embedding]:
             if self.policies[request.lane].interactive == interactive and not request.is_decoding:
                 out.setdefault(request.key, deque()).append(request)
         for lane, queue in self.waiting.items():
@@ -242,19 +285,30 @@ class Scheduler:
                 out.setdefault(request.key, deque()).append(request)
         return out
 
-    def _has_background_work(self, now: float) -> bool:
-        """Background prefill or embedding work that could go this step (so a reserve is not wasted)."""
-        if any(not self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
-            return True
+    def _background_usable(self, now: float, room: int) -> int | None:
+        """How many tokens background prefill or embedding work could take this step (so a reserve
+        is not wasted); None when none is backlogged and eligible."""
+        if any(not self.policies[r.lane].interactive and not r.is_decoding for r in [*self.running, *self.embedding]):
+            return room
         can_admit = bool(self.kv.free_seq_ids)
+        usable = None
         for lane, queue in self.waiting.items():
             if self.policies[lane].interactive or not queue:
                 continue
             head = queue[0]
             if (can_admit or head.kind is Kind.EMBED) and (
                     head.arrival_time <= self._lane_cutoff(lane, now) or head.num_preemptions):
-                return True
-        return False
+                if head.kind is not Kind.EMBED or self._embed_may_go(head.num_tokens, room):
+                    return room
+                usable = 0
+        return usable
+
+    def _embed_may_go(self, n: int, room: int) -> bool:
+        """A chunked input goes in what is left of the step. An atomic one larger than that
+        overflows the step only when no interactive work is running or background's credit covers it."""
+        if self.limits.embed_chunked or n <= room or n <= self._bg_credit:
+            return True
+        return not any(self.policies[r.lane].interactive for r in self.running)
 
     def _lane_cutoff(self, lane: str, now: float) -> float:
         """Requests of this lane that arrived by this time are eligible now (fixed for one step)."""
@@ -268,7 +322,7 @@ class Scheduler:
         if request.kind is Kind.EMBED:
             return self._place_embed(plan, request, room)
         n = min(request.num_remaining, room)
-        if n <= 0 or (n < request.num_remaining and n < self.limits.min_chunk and plan.items):
+        if n <= 0 or (n < request.num_remaining and n < self._min_chunk and plan.items):
             return 0
         if request.status is Status.WAITING and not self._admit(request):
             return 0
@@ -279,20 +333,25 @@ class Scheduler:
         return n
 
     def _place_embed(self, plan: StepPlan, request: Request, room: int) -> int:
-        n = request.num_tokens
-        used = sum(len(i.tokens) for i in plan.embed_items)
-        # An input is atomic, so one larger than what is left of the step may overflow it when its
-        # turn comes: at once without interactive work, else once background's credit covers it.
-        interactive_load = any(self.policies[r.lane].interactive for r in self.running)
-        overflow = not plan.embed_items and (not interactive_load or n <= self._bg_credit)
-        fits_step = n <= room or overflow
-        if (not fits_step or len(plan.embed_items) >= self.limits.embed_max_seqs
-                or used + n > self.limits.embed_max_tokens):
-            return 0
-        self.waiting[request.lane].remove(request)
-        request.status = Status.RUNNING
-        request.admitted_time = request.admitted_time or self._now
-        plan.embed_items.append(ScheduledItem(request.request_id, Kind.EMBED, None, 0, list(request.prompt_tokens), False))
+        if self.limits.embed_chunked:
+            n = min(request.num_remaining, room)
+            if n <= 0 or (n < request.num_remaining and n < self._min_chunk and plan.embed_items):
+                return 0
+        else:
+            n = request.num_tokens
+            if not (n <= room or (not plan.embed_items and self._embed_may_go(n, room))):
+                return 0
+        if request.status is Status.WAITING:
+            if not self.embed_kv.can_admit(request.num_tokens):
+                return 0
+            self.waiting[request.lane].remove(request)
+            request.seq_id = self.embed_kv.admit(request.num_tokens)
+            request.status = Status.RUNNING
+            request.admitted_time = request.admitted_time or self._now
+            self.embedding.append(request)
+        start = request.num_computed_tokens
+        plan.embed_items.append(ScheduledItem(request.request_id, Kind.EMBED, request.seq_id, start,
+                                              request.tokens_slice(start, start + n), start + n == request.num_tokens))
         self._charge_prompt(request, n)
         return min(n, room)
 
@@ -310,8 +369,6 @@ class Scheduler:
         if fresh > 0:
             request.num_charged_prompt = end
             self.fair.charge(request.key, weight=self.policies[request.lane].weight, num_in=fresh)
-        if not self.policies[request.lane].interactive:
-            self._bg_credit = max(self._bg_credit - n, 0.0)
 
     # ---- KV admission and preemption ---------------------------------------------------
 
@@ -398,7 +455,12 @@ class Scheduler:
         self.waiting[request.lane].appendleft(request)
 
     def _finish(self, request: Request, reason: str, now: float | None) -> None:
-        if request.status is Status.RUNNING and request.seq_id is not None:
+        if request.kind is Kind.EMBED and request.seq_id is not None:
+            self.embedding.remove(request)
+            self.embed_kv.release(request.seq_id)
+            self._embed_release.append(request.seq_id)
+            request.seq_id = None
+        elif request.status is Status.RUNNING and request.seq_id is not None:
             self.running.remove(request)
             self.kv.release(request.seq_id)
             self._release.append(request.seq_id)
@@ -419,7 +481,7 @@ class Scheduler:
             return self._on_no_kv_slot(plan)
         self._shrink = min(self._shrink * 2, 1.0)
         if not plan.empty:
-            self.cost.observe(plan.num_tokens, result.elapsed_ms)
+            self.cost.observe(plan.num_tokens, result.elapsed_ms, plan.context_cells, plan.num_outputs)
         outputs = [o for item in plan.items if (o := self._advance(item, result, now))]
         outputs += [o for item in plan.embed_items if (o := self._embedded(item, result, now))]
         return outputs
@@ -453,9 +515,11 @@ class Scheduler:
 
     def _embedded(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
         request = self.requests.get(item.request_id)
-        if request is None or request.finished:
+        if request is None or request.finished or request.seq_id != item.seq_id:
             return None
-        request.num_computed_tokens = request.num_tokens
+        request.num_computed_tokens = item.start + len(item.tokens)
+        if not item.sample:
+            return None
         request.embedding = result.embeddings.get(item.request_id)
         request.first_token_time = now
         self._finish(request, "stop", now)
@@ -463,12 +527,7 @@ class Scheduler:
 
     def _on_no_kv_slot(self, plan: StepPlan) -> list[Output]:
         """llama.cpp could not place the step: nothing was kept; shrink and free room."""
-        self._shrink = max(self._shrink / 2, 1 / 64)
-        for item in plan.embed_items:
-            request = self.requests.get(item.request_id)
-            if request is not None and request.status is Status.RUNNING:
-                request.status = Status.WAITING
-                self.waiting[request.lane].appendleft(request)
+        self._shrink = max(self._shrink / 2, 1 / 64)  # embedding chunks did not run either: they go again
         victim = self._victim()
         if victim is not None and len(self.running) > 1:
             self._preempt(victim)

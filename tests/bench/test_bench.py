@@ -45,7 +45,7 @@ def check_report(out, name: str, policies, lanes: set[str], require_success: boo
 @pytest.fixture
 def bench(runner, tmp_path):
     cfg = small_config()
-    return suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=runner, out=tmp_path, quiet=True)
+    return suite.Bench(cfg.lanes, scheduler_limits(cfg, runner.info), runner=runner, out=tmp_path, quiet=True)
 
 
 def test_continuous_all_policies_real_model(bench, tmp_path):

@@ -99,6 +99,17 @@ def test_embeddings_have_the_model_dimension_and_are_deterministic(runner, make_
     assert sim(0, 2) > sim(0, 1), "the cat and the kitten should be closer than the cat and taxes"
 
 
+def test_an_embedding_chunked_over_small_steps_equals_the_one_step_embedding(runner, make_engine):
+    text = " ".join(f"Note {i}: the boiler was serviced and the filter replaced." for i in range(12))
+    whole, _ = asyncio.run(make_engine().embed([text]))
+    engine = make_engine(max_step_tokens=32, embed_chunked=True)  # every step carries at most 32 tokens
+    chunked, num_tokens = asyncio.run(engine.embed([text]))
+    assert num_tokens > 3 * 32, "the input spans several steps"
+    cosine = float(np.dot(whole[0], chunked[0]) / np.linalg.norm(whole[0]) / np.linalg.norm(chunked[0]))
+    assert cosine > 0.9999, cosine
+    assert not engine.scheduler.embed_kv.allocated
+
+
 def test_bad_input_gets_clear_errors_and_the_engine_keeps_serving(runner, make_engine):
     engine = make_engine()
     with pytest.raises(InvalidRequest, match="empty"):

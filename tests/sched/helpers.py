@@ -37,6 +37,8 @@ class FakeRunner:
         self.step_ms = step_ms
         self.positions: dict[int, int] = {}  # seq id -> next position expected (KV the "model" holds)
         self.plans: list[StepPlan] = []
+        self.embed_positions: dict[int, int] = {}  # the same for the embedding context
+        self.pooled: dict[str, int] = {}  # tokens embedded so far per input
 
     def run(self, plan: StepPlan) -> StepResult:
         self.plans.append(plan)
@@ -51,8 +53,17 @@ class FakeRunner:
             self.positions[item.seq_id] = item.start + len(item.tokens)
             if item.sample:
                 result.samples[item.request_id] = Sample(token_for(item.request_id, item.start + len(item.tokens)))
-        for item in plan.embed_items:
-            result.embeddings[item.request_id] = [float(len(item.tokens))]
+        for seq in plan.embed_release:
+            self.embed_positions.pop(seq, None)
+        embed_seqs = [i.seq_id for i in plan.embed_items]
+        assert len(embed_seqs) == len(set(embed_seqs)), "an embedding sequence appears twice in one step"
+        for item in plan.embed_items:  # the "embedding" is the number of tokens pooled
+            expected = self.embed_positions.get(item.seq_id, 0)
+            assert item.start == expected, f"{item.request_id}: embedding chunk at {item.start}, cells hold {expected}"
+            self.embed_positions[item.seq_id] = item.start + len(item.tokens)
+            self.pooled[item.request_id] = self.pooled.get(item.request_id, 0) + len(item.tokens)
+            if item.sample:
+                result.embeddings[item.request_id] = [float(self.pooled.pop(item.request_id))]
         return result
 
 

@@ -204,15 +204,36 @@ def test_interactive_admits_at_once_when_idle():
     assert plan.items and plan.items[0].request_id == chat.request_id
 
 
-def test_embeddings_are_atomic_and_complete_in_their_step():
-    sched, runner = create_scheduler(), FakeRunner()
+def test_embeddings_larger_than_a_step_are_chunked_and_pooled_over_every_token():
+    sched, runner = create_scheduler(max_step_tokens=64), FakeRunner()
     reqs = [create_request(lane="embeddings", num_prompt=n, kind=Kind.EMBED) for n in (5, 50, 300)]
     for r in reqs:
         sched.add_request(r)
     run_until_idle(sched, runner)
     assert [r.embedding for r in reqs] == [[5.0], [50.0], [300.0]]
-    assert all(len(i.tokens) == sched.requests.get(i.request_id, reqs[0]).num_tokens or True
-               for p in runner.plans for i in p.embed_items)
+    assert max(p.num_tokens for p in runner.plans) <= 64, "no step carries more than its budget"
+    step(sched, runner, 99.0)  # the last release goes out with the next plan
+    assert not sched.embed_kv.allocated and not runner.embed_positions, "every input's cells were released"
+
+
+def test_an_aborted_embedding_in_flight_releases_its_cells():
+    sched, runner = create_scheduler(max_step_tokens=32), FakeRunner()
+    embed = create_request(lane="embeddings", num_prompt=200, kind=Kind.EMBED)
+    sched.add_request(embed)
+    step(sched, runner, 1.0)  # past the lane's batching window
+    assert 0 < embed.num_computed_tokens < 200 and sched.embed_kv.allocated
+    sched.abort(embed.request_id)
+    plan, _ = step(sched, runner, 1.1)
+    assert plan.embed_release and not sched.embed_kv.allocated and not sched.has_work()
+
+
+def test_atomic_embeddings_complete_in_their_step():
+    sched, runner = create_scheduler(embed_chunked=False), FakeRunner()
+    reqs = [create_request(lane="embeddings", num_prompt=n, kind=Kind.EMBED) for n in (5, 50, 300)]
+    for r in reqs:
+        sched.add_request(r)
+    run_until_idle(sched, runner)
+    assert [r.embedding for r in reqs] == [[5.0], [50.0], [300.0]]
     sizes = sorted(len(i.tokens) for p in runner.plans for i in p.embed_items)
     assert sizes == [5, 50, 300]
 
@@ -246,7 +267,8 @@ def test_interactive_decoding_keeps_steps_short():
     sched.abort(chat.request_id)
     step(sched, runner, 1.1)
     short = plan.num_tokens
-    grown = sched.cost.tokens_within(0.9 * sched.limits.max_step_ms)
+    context = sum(r.num_computed_tokens for r in sched.running)
+    grown = sched.cost.tokens_within(0.9 * sched.limits.max_step_ms, context)
     plan, _ = step(sched, runner, 1.2)
     assert plan.num_tokens == min(grown, 256) > short, "with no interactive decode the step grows for throughput"
 
@@ -269,8 +291,8 @@ def test_embeddings_longer_than_a_step_are_not_starved_by_decoding_summaries():
     assert all(r.finished for r in embeds), "200-token inputs never fit a 64-token step beside decodes"
 
 
-def test_embeddings_under_interactive_load_go_once_background_credit_covers_them():
-    sched, runner = create_scheduler(max_step_tokens=64), FakeRunner()
+def test_atomic_embeddings_under_interactive_load_go_once_background_credit_covers_them():
+    sched, runner = create_scheduler(max_step_tokens=64, embed_chunked=False), FakeRunner()
     embed = create_request(lane="embeddings", num_prompt=200, kind=Kind.EMBED, arrival=0.0)
     sched.add_request(embed)
     now = 0.0
