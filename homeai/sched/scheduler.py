@@ -222,7 +222,10 @@ class Scheduler:
         While an interactive lane decodes, the step is kept within its inter-token target, and
         any prefill chunk that fits rides along (however small: the step's fixed cost is paid
         anyway); a new interactive request still gets `min_chunk`, so a chat is not starved by
-        others reading. Otherwise the step grows to `max_step_ms` for throughput."""
+        others reading, as long as decoding alone stays under the target. Past that, one more
+        sequence would slow every reader below reading pace (and, with attention over every
+        cell, lower throughput too): new work waits for a sequence to finish. Otherwise the
+        step grows to `max_step_ms` for throughput."""
         limits = self.limits
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if self.policies[r.lane].interactive]
         # Aim below the target: the model's error and the machine's noise land on both sides of it.
@@ -230,7 +233,8 @@ class Scheduler:
         tokens = self.cost.tokens_within(aim, context_cells, outputs=len(decoding))
         if targets:
             self._min_chunk = 1
-            floor = len(decoding) + (limits.min_chunk if self._interactive_prefill_pending(now) else 0)
+            room = self.cost.predict_ms(len(decoding), context_cells, len(decoding)) < min(targets)
+            floor = len(decoding) + (limits.min_chunk if room and self._interactive_prefill_pending(now) else 0)
         else:
             self._min_chunk = limits.min_chunk
             floor = len(decoding) + limits.min_chunk
