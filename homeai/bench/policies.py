@@ -37,7 +37,7 @@ class FifoScheduler(Scheduler):
         return used
 
     def _in_order(self) -> list[Request]:
-        partial = [r for r in self.running if not r.is_decoding]
+        partial = [r for r in [*self.running, *self.embedding] if not r.is_decoding]
         waiting = sorted((r for q in self.waiting.values() for r in q), key=lambda r: r.arrival_time)
         return partial + waiting
 

@@ -94,3 +94,13 @@ def test_fair_share_holds_in_simulation(tmp_path):
     shares = json.loads((tmp_path / "fairness.json").read_text())["shares"]
     assert abs(shares["homeai"]["both_backlogged"]["light"] - 0.5) < 0.1
     assert shares["fifo"]["both_backlogged"]["light"] < 0.3
+
+
+def test_household_at_full_size_completes_under_every_policy_in_simulation(tmp_path):
+    """Embedding inputs longer than a step and 2,000-token documents: nothing is left behind."""
+    cfg = small_config()
+    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=None, out=tmp_path, quiet=True)
+    workload = suite.workloads.household(duration_s=20, documents=1)
+    for policy in POLICIES:
+        result = bench.run(workload, policy, max_seconds=600)
+        assert all(r.ok for r in result.records), (policy, [r.spec.request_id for r in result.records if not r.ok])
