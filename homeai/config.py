@@ -54,8 +54,8 @@ class ModelConfig:
     n_gpu_layers: int = 0  # layers offloaded to the GPU; -1: all
     use_extra_bufts: bool = False  # llama.cpp's CPU repack/AMX buffers: faster, but segfault on some CPUs
     flash_attn: str = "auto"  # on | off | auto: on with GPU offload, off on the CPU (slow there for long contexts)
-    embed_n_ctx: int = 2048  # tokens in one embedding step (also the longest embeddable input)
-    embed_n_seq_max: int = 64  # inputs embedded in one step
+    embed_n_ctx: int = 2048  # cells of the embedding context: tokens of inputs in flight (and the longest input)
+    embed_n_seq_max: int = 64  # embedding inputs in flight at once
 
 
 @dataclass(frozen=True)
