@@ -64,7 +64,7 @@ class SchedulerConfig:
     w_out: float = 2.0  # fair-share cost of an output token
     background_min_share: float = 0.1  # share of each step kept for background work when backlogged
     min_chunk: int = 16  # smallest prefill chunk worth scheduling
-    max_step_ms: float = 250.0  # a step never aims past this: an interactive arrival waits at most one step
+    max_step_ms: float = 120.0  # a step never aims past this: an interactive arrival waits at most one step
 
 
 @dataclass(frozen=True)

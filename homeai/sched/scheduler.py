@@ -52,7 +52,7 @@ class SchedulerLimits:
     w_out: float = 2.0
     background_min_share: float = 0.1
     min_chunk: int = 16
-    max_step_ms: float = 250.0
+    max_step_ms: float = 120.0
     embed_chunked: bool = True  # the embedding model keeps a KV cache, so an input may span steps
 
 
