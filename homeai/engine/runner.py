@@ -190,7 +190,8 @@ class Runner:
             n_embd=ll.llama_model_n_embd(self.model), n_ctx=self.cfg.n_ctx, n_seq_max=self.cfg.n_seq_max,
             max_seq_len=min(self.cfg.n_ctx, n_ctx_train),
             embed_path=str(embedding_path or model_path), embed_n_embd=ll.llama_model_n_embd(self.embed_model),
-            embed_max_tokens=self.cfg.embed_n_ctx, embed_chunked=bool(self.embed_memory), gpu_offload=bool(ll.llama_supports_gpu_offload()),
+            embed_max_tokens=self.cfg.embed_n_ctx, embed_chunked=bool(self.embed_memory),
+            gpu_offload=bool(ll.llama_supports_gpu_offload()),
             system_info=ll.llama_print_system_info().decode(errors="replace").strip())
 
     # ---- text ------------------------------------------------------------------

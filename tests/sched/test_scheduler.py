@@ -122,7 +122,8 @@ def test_background_progresses_under_saturating_interactive_load():
 
 
 def test_preemption_frees_cells_and_the_request_finishes_with_the_same_output():
-    sched, runner = create_scheduler(num_cells=200, num_seqs=4, max_step_ms=250.0), FakeRunner()  # the chat fits one step
+    # A 250 ms step bound lets the chat's 100-token prompt go in one step.
+    sched, runner = create_scheduler(num_cells=200, num_seqs=4, max_step_ms=250.0), FakeRunner()
     background = create_request(lane="summaries", num_prompt=120, max_tokens=30, arrival=0.0)
     sched.add_request(background)
     now = 0.0
