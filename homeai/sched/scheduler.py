@@ -190,7 +190,9 @@ class Scheduler:
         usable = self._background_usable(now, left)
         reserve = self._background_reserve(usable, left)
         used = self._fill(plan, now, interactive=True, budget=left - reserve)
-        self._fill(plan, now, interactive=False, budget=left - used)
+        used += self._fill(plan, now, interactive=False, budget=left - used)
+        if reserve and used < left:  # background left part of its reserve: interactive work takes it
+            self._fill(plan, now, interactive=True, budget=left - used)
         self._settle_background_credit(plan, backlogged=usable is not None)
         plan.release, plan.embed_release, plan.done = self._release, self._embed_release, self._done
         self._release, self._embed_release, self._done, self._plan = [], [], [], None
@@ -294,14 +296,15 @@ class Scheduler:
         is not wasted); None when none is backlogged and eligible."""
         if any(not self.policies[r.lane].interactive and not r.is_decoding for r in [*self.running, *self.embedding]):
             return room
-        can_admit = bool(self.kv.free_seq_ids)
         usable = None
         for lane, queue in self.waiting.items():
             if self.policies[lane].interactive or not queue:
                 continue
             head = queue[0]
-            if (can_admit or head.kind is Kind.EMBED) and (
-                    head.arrival_time <= self._lane_cutoff(lane, now) or head.num_preemptions):
+            # A request that cannot get its cells now (say, preempted for the chat that holds
+            # them) could not use a reserve: keeping one would starve the chat, with nothing run.
+            admissible = head.kind is Kind.EMBED or self._fits(head.num_tokens, interactive=False)
+            if admissible and (head.arrival_time <= self._lane_cutoff(lane, now) or head.num_preemptions):
                 if head.kind is not Kind.EMBED or self._embed_may_go(head.num_tokens, room):
                     return room
                 usable = 0

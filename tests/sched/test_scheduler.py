@@ -306,3 +306,31 @@ def test_atomic_embeddings_under_interactive_load_go_once_background_credit_cove
         if embed.finished:
             break
     assert embed.finished
+
+
+def test_a_background_request_that_cannot_fit_never_holds_back_interactive_prefill():
+    """Background's owed share is not reserved while its request cannot be admitted: a chat
+    prefilling in small chunks beside a preempted summary gets every step's whole budget."""
+    sched, runner = create_scheduler(num_cells=490, num_seqs=4), FakeRunner()
+    for _ in range(50):  # teach the cost model: 5 ms per token, so a step carries about 20
+        sched.cost.observe(100, 500.0)
+        sched.cost.observe(10, 50.0)
+    background = create_request(lane="summaries", num_prompt=190, max_tokens=30, arrival=0.0)
+    sched.add_request(background)
+    now = 0.0
+    while len(background.output_tokens) < 10:
+        step(sched, runner, now)
+        now += 0.01
+    chat = create_request(lane="chat", num_prompt=300, max_tokens=5, arrival=now)
+    sched.add_request(chat)
+    now += 0.01
+    step(sched, runner, now)
+    assert background.status is Status.WAITING, "the chat preempts the summary"
+    while not chat.is_decoding:
+        assert not sched.kv.can_admit(background.num_tokens), "which cannot come back while the chat runs"
+        now += 0.01
+        left = chat.num_remaining
+        plan, _ = step(sched, runner, now)
+        assert plan.num_tokens == min(plan.budget, left), "budget kept for background that cannot use it"
+    run_until_idle(sched, runner, now)
+    assert chat.finished and background.finished and len(background.output_tokens) == 30
