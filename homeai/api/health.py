@@ -20,7 +20,8 @@ def healthz(runtime: RuntimeDep) -> JSONResponse:
     info = engine.runner.info
     return JSONResponse({
         "status": "ok", "model": runtime.model_id("generate"), "embedding_model": runtime.model_id("embed"),
-        "n_ctx": info.n_ctx, "max_seq_len": info.max_seq_len, "n_seq_max": info.n_seq_max,
+        "n_ctx": info.n_ctx, "max_seq_len": info.max_seq_len,
+        "interactive_max_seq_len": engine.interactive_max_seq_len, "n_seq_max": info.n_seq_max,
         "gpu_offload": info.gpu_offload, "lanes": list(engine.policies),
         "auth_required": runtime.cfg.auth.required,
     })

@@ -358,8 +358,9 @@ def _store_answer(runtime, conversation_id: int, answer: Answer, text: str, num_
 
 def _submit(engine: Engine, member: Caller, history: list[dict], params: SamplingParams, loop) -> Answer:
     """Template the latest turns that fit (leaving room for the answer) and queue them on the chat lane."""
-    reserve = min(params.max_tokens, engine.max_seq_len // 4)
-    tokens = _fit(engine, history, engine.max_seq_len - reserve)
+    max_seq_len = engine.max_seq_len_for(LANE)
+    reserve = min(params.max_tokens, max_seq_len // 4)
+    tokens = _fit(engine, history, max_seq_len - reserve)
     try:
         stream = engine.submit(tokens, lane=LANE, member=member.name, params=params, loop=loop)
     except (InvalidRequest, QueueFull, EngineStopped) as exc:

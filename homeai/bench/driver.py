@@ -85,7 +85,7 @@ class SimRunner:
     def run(self, plan: StepPlan) -> StepResult:
         samples = {i.request_id: Sample(1000) for i in plan.items if i.sample}
         embeds = {i.request_id: [0.0] for i in plan.embed_items}
-        elapsed = 0.0 if plan.empty else self.model.predict_ms(plan.num_tokens, plan.context_cells, plan.num_outputs)
+        elapsed = 0.0 if plan.empty else self.model.predict_ms(plan.shape)
         return StepResult(samples, embeds, elapsed_ms=elapsed)
 
 

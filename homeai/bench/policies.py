@@ -6,7 +6,8 @@
 * `static`: fixed batches that wait for their longest member before the next batch starts.
 * `serial`: one request at a time, as llama-cpp-python's server does.
 
-The baselines admit at once (no batching windows) and never preempt for priority.
+The baselines admit at once (no batching windows), never preempt for priority, and keep
+one KV cache for every request (homeai may give interactive lanes a cache of their own).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from lanes.base import LanePolicy
 
 
 class FifoScheduler(Scheduler):
-    def _budget(self, decoding: list[Request], context_cells: int, now: float) -> int:
+    def _budget(self, decoding: list[Request], now: float) -> int:
         return self.limits.max_step_tokens
 
     def _fill(self, plan: StepPlan, now: float, *, interactive: bool, budget: int) -> int:
@@ -61,7 +62,7 @@ class FifoScheduler(Scheduler):
     def _admitted(self) -> None:
         pass
 
-    def _victim(self) -> Request | None:
+    def _victim(self, pool=None) -> Request | None:
         return self.running[-1] if self.running else None
 
     def _background_usable(self, now: float, room: int) -> int | None:
@@ -104,6 +105,7 @@ def make_scheduler(policy: str, lanes: dict[str, LanePolicy], limits: SchedulerL
                    static_batch: int = 8) -> Scheduler:
     if policy == "homeai":
         return Scheduler(lanes, limits)
+    limits = replace(limits, interactive_cells=0)  # the peers keep one cache for every request
     flat = {name: replace(p, window_ms=0.0, max_queue=100_000) for name, p in lanes.items()}
     if policy == "fifo":
         return FifoScheduler(flat, limits)

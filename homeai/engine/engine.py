@@ -139,6 +139,10 @@ class Engine:
         self.scheduler = Scheduler(policies, limits)
         self.clock = clock
         self.max_seq_len = runner.info.max_seq_len
+        if limits.interactive_cells:
+            self.interactive_max_seq_len = min(runner.info.interactive_max_seq_len, limits.interactive_cells)
+        else:
+            self.interactive_max_seq_len = self.max_seq_len
         self.embed_max_tokens = min(runner.info.embed_max_tokens, limits.embed_max_tokens)
         self.lock = threading.Condition()
         self.streams: dict[str, RequestStream] = {}
@@ -182,7 +186,7 @@ class Engine:
                                  "unknown_lane")
         params = params or SamplingParams(max_tokens=policy.max_tokens or 256)
         tokens = self._tokens(prompt, kind)
-        params = self._check(tokens, params, kind)
+        params = self._check(tokens, params, kind, lane)
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()
@@ -216,19 +220,24 @@ class Engine:
             raise InvalidRequest(f"prompt token ids must be in [0, {n_vocab})", "prompt")
         return tokens
 
-    def _check(self, tokens: list[int], params: SamplingParams, kind: Kind) -> SamplingParams:
+    def max_seq_len_for(self, lane: str) -> int:
+        """The longest sequence (prompt and answer) a request of this lane may hold."""
+        return self.interactive_max_seq_len if self.policies[lane].interactive else self.max_seq_len
+
+    def _check(self, tokens: list[int], params: SamplingParams, kind: Kind, lane: str) -> SamplingParams:
         if kind is Kind.EMBED:
             if len(tokens) > self.embed_max_tokens:
                 raise PromptTooLong(len(tokens), self.embed_max_tokens)
             return params
-        limit = self.max_seq_len - 1
+        max_seq_len = self.max_seq_len_for(lane)
+        limit = max_seq_len - 1
         if len(tokens) > limit:
             raise PromptTooLong(len(tokens), limit)
         if params.max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be at least 1, got {params.max_tokens}", "max_tokens")
-        if params.forced_tokens is not None and len(tokens) + len(params.forced_tokens) > self.max_seq_len:
-            raise PromptTooLong(len(tokens) + len(params.forced_tokens), self.max_seq_len)
-        room = self.max_seq_len - len(tokens)
+        if params.forced_tokens is not None and len(tokens) + len(params.forced_tokens) > max_seq_len:
+            raise PromptTooLong(len(tokens) + len(params.forced_tokens), max_seq_len)
+        room = max_seq_len - len(tokens)
         if params.max_tokens > room:  # a long answer ends with "length" at the context's edge
             params = SamplingParams(**{**params.__dict__, "max_tokens": room})
         return params
@@ -372,10 +381,18 @@ class Engine:
                             "running": running[name], "rejected": self.counters["rejected"][name],
                             **self.windows[name].summary()}
                      for name, policy in self.policies.items()}
-            kv = {"cells_total": sched.kv.num_cells, "cells_used": sched.kv.num_used_cells,
-                  "seqs_total": sched.limits.num_seqs, "seqs_used": len(sched.kv.allocated)}
+            caches = {"main": _cache_dict(sched.kv, sched.limits.num_seqs)}
+            if sched.split:
+                caches["interactive"] = _cache_dict(sched.interactive_kv, sched.limits.num_seqs)
+            kv = {key: sum(c[key] for c in caches.values()) for key in caches["main"]}  # totals
+            kv["caches"] = caches
             return {"lanes": lanes, "kv": kv, "steps": self.counters["steps"],
                     "step_cost_ms": costmodel.named(sched.cost.coefficients)}
+
+
+def _cache_dict(kv, num_seqs: int) -> dict:
+    return {"cells_total": kv.num_cells, "cells_used": kv.num_used_cells,
+            "seqs_total": num_seqs, "seqs_used": len(kv.allocated)}
 
 
 def _policy_dict(policy: LanePolicy) -> dict:
@@ -396,7 +413,7 @@ def scheduler_limits(cfg, info=None) -> SchedulerLimits:
         num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
         embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, w_in=s.w_in, w_out=s.w_out,
         background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms,
-        embed_chunked=info.embed_chunked if info is not None else True)
+        embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=m.interactive_n_ctx)
 
 
 def create_engine(cfg, runner) -> Engine:

@@ -1,10 +1,13 @@
 """The runner: the only module that imports llama_cpp.
 
 It loads one model once, holds a generation context (one unified KV cache of `n_ctx`
-cells, `n_seq_max` sequence ids) and an embeddings context (mean pooling, over the same
-weights or a configured embedding GGUF), and turns each `StepPlan` into one
-`llama_decode`: tokens, positions, sequence ids, and logits only on the rows that will be
-sampled. Each request samples with its own llama.cpp sampler chain, kept across
+cells, `n_seq_max` sequence ids), optionally a second one for the interactive lanes
+(`interactive_n_ctx` cells; the scheduler gives its sequences the ids after the first
+context's), and an embeddings context (mean pooling, over the same weights or a configured
+embedding GGUF). It turns each `StepPlan` into one `llama_decode` per context with tokens in
+the step: tokens, positions, sequence ids, and logits only on the rows that will be
+sampled. Tokens are sampled only once every context has decoded, so a step that finds no KV
+slot in one context is undone in the others and keeps nothing. Each request samples with its own llama.cpp sampler chain, kept across
 preemption so a resumed request continues its random stream.
 
 The batch arrays are numpy buffers the `llama_batch` points into, so filling a step is a
@@ -43,6 +46,7 @@ class ModelInfo:
     n_ctx: int
     n_seq_max: int
     max_seq_len: int  # the longest sequence (prompt and output) one request may hold
+    interactive_max_seq_len: int  # the same for the interactive lanes (their own cache, if any)
     embed_path: str
     embed_n_embd: int
     embed_max_tokens: int
@@ -168,6 +172,12 @@ class Runner:
         self.ctx = _context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
                             n_threads=threads, embeddings=False, flash_attn=_flash_attn(cfg))
         self.memory = ll.llama_get_memory(self.ctx)
+        self.ictx = None  # the interactive lanes' context, when they have their own cache
+        if cfg.interactive_n_ctx:
+            self.ictx = _context(self.model, n_ctx=cfg.interactive_n_ctx, n_batch=cfg.n_batch,
+                                 n_seq_max=cfg.n_seq_max, n_threads=threads, embeddings=False,
+                                 flash_attn=_flash_attn(cfg))
+        self.imemory = ll.llama_get_memory(self.ictx) if self.ictx else None
         self.embed_model = _load_model(embedding_path, cfg) if embedding_path else self.model
         self.embed_ctx = _context(self.embed_model, n_ctx=cfg.embed_n_ctx, n_batch=cfg.embed_n_ctx,
                                   n_seq_max=cfg.embed_n_seq_max, n_threads=threads, embeddings=True,
@@ -189,6 +199,7 @@ class Runner:
             size_bytes=ll.llama_model_size(self.model), n_vocab=self.n_vocab, n_ctx_train=n_ctx_train,
             n_embd=ll.llama_model_n_embd(self.model), n_ctx=self.cfg.n_ctx, n_seq_max=self.cfg.n_seq_max,
             max_seq_len=min(self.cfg.n_ctx, n_ctx_train),
+            interactive_max_seq_len=min(self.cfg.interactive_n_ctx or self.cfg.n_ctx, n_ctx_train),
             embed_path=str(embedding_path or model_path), embed_n_embd=ll.llama_model_n_embd(self.embed_model),
             embed_max_tokens=self.cfg.embed_n_ctx, embed_chunked=bool(self.embed_memory),
             gpu_offload=bool(ll.llama_supports_gpu_offload()),
@@ -242,7 +253,8 @@ class Runner:
     def run(self, plan: StepPlan) -> StepResult:
         start = time.perf_counter()
         for seq_id in plan.release:
-            ll.llama_memory_seq_rm(self.memory, seq_id, -1, -1)
+            memory, seq = self._memory_of(seq_id)
+            ll.llama_memory_seq_rm(memory, seq, -1, -1)
         for seq_id in plan.embed_release:
             if self.embed_memory:
                 ll.llama_memory_seq_rm(self.embed_memory, seq_id, -1, -1)
@@ -257,29 +269,49 @@ class Runner:
         result.elapsed_ms = (time.perf_counter() - start) * 1000.0
         return result
 
-    def _generate(self, items: list[ScheduledItem], result: StepResult) -> None:
-        rows = self.batch.fill([(i.seq_id, i.start, i.tokens, i.sample) for i in items])
-        rc = ll.llama_decode(self.ctx, self.batch.c)
-        if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
-            result.no_kv_slot = True
-            return
-        if rc != 0:
-            raise RunnerError(f"llama_decode failed with code {rc}")
-        for item, row in zip(items, rows):
-            if item.sample:
-                result.samples[item.request_id] = self._sample(item, row)
+    def _memory_of(self, seq_id: int):
+        """The KV memory holding a scheduler sequence id, and the id within it."""
+        n = self.cfg.n_seq_max
+        return (self.imemory, seq_id - n) if seq_id >= n else (self.memory, seq_id)
 
-    def _sample(self, item: ScheduledItem, row: int) -> Sample:
+    def _generate(self, items: list[ScheduledItem], result: StepResult) -> None:
+        n = self.cfg.n_seq_max
+        groups = [(ctx, [i for i in items if (i.seq_id >= n) == interactive])
+                  for ctx, interactive in ((self.ictx, True), (self.ctx, False))]
+        decoded = []  # (context, items, rows) decoded so far
+        for ctx, group in groups:
+            if not group:
+                continue
+            offset = n if ctx is self.ictx else 0
+            rows = self.batch.fill([(i.seq_id - offset, i.start, i.tokens, i.sample) for i in group])
+            rc = ll.llama_decode(ctx, self.batch.c)
+            if rc != 0:
+                for _, done, _ in decoded:  # undo the contexts already decoded: the step keeps nothing
+                    for i in done:
+                        memory, seq = self._memory_of(i.seq_id)
+                        ll.llama_memory_seq_rm(memory, seq, i.start, -1)
+            if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
+                result.no_kv_slot = True
+                return
+            if rc != 0:
+                raise RunnerError(f"llama_decode failed with code {rc}")
+            decoded.append((ctx, group, rows))
+        for ctx, group, rows in decoded:
+            for item, row in zip(group, rows):
+                if item.sample:
+                    result.samples[item.request_id] = self._sample(ctx, item, row)
+
+    def _sample(self, ctx, item: ScheduledItem, row: int) -> Sample:
         params = item.params or SamplingParams()
         sampler = self._sampler(item.request_id, params)
         if item.forced is not None:
             token = item.forced
             ll.llama_sampler_accept(sampler, token)
         else:
-            token = ll.llama_sampler_sample(sampler, self.ctx, row)
+            token = ll.llama_sampler_sample(sampler, ctx, row)
         logits = None
         if params.logprobs is not None or params.record_logits:
-            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
+            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, row), shape=(self.n_vocab,))
         is_eog = not params.ignore_eos and bool(ll.llama_vocab_is_eog(self.vocab, token))
         sample = Sample(token=token, is_eog=is_eog)
         if logits is None:
@@ -327,6 +359,8 @@ class Runner:
             self._free_sampler(request_id)
         self._pooled.clear()
         ll.llama_memory_clear(self.memory, True)
+        if self.imemory:
+            ll.llama_memory_clear(self.imemory, True)
         if self.embed_memory:
             ll.llama_memory_clear(self.embed_memory, True)
 
@@ -334,6 +368,8 @@ class Runner:
         for request_id in list(self.samplers):
             self._free_sampler(request_id)
         ll.llama_free(self.embed_ctx)
+        if self.ictx:
+            ll.llama_free(self.ictx)
         ll.llama_free(self.ctx)
         if self.embed_model is not self.model:
             ll.llama_model_free(self.embed_model)

@@ -1,16 +1,20 @@
 """A step-cost model fitted online: how long a step of a given shape takes.
 
-    step_ms = a + b * tokens + c * tokens * context_k + d * outputs
+    step_ms = a * decodes + b * tokens + c * token_kcells + d * outputs
 
-`tokens` is every token of the step, `context_k` the KV cells in use in thousands (in a
-unified cache each token attends over all of them: a chat's decode gets slower while a long
-document sits in the cache), and `outputs` the rows whose logits are computed and sampled.
+`decodes` is the number of llama_decode calls the step makes (one per context with tokens in
+it: each pays the weights' fixed pass), `tokens` every token of the step, `token_kcells` each
+token times the KV cells in use in its context, in thousands (in a unified cache each token
+attends over all of them: a chat's decode gets slower while a long document sits in the same
+cache), and `outputs` the rows whose logits are computed and sampled.
 The fit is exponentially weighted least squares, pulled gently toward a deliberately slow
 prior so the first steps on a slow CPU stay short; on a fast GPU it quickly lets steps grow.
 The scheduler asks it how many tokens fit a time target.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 NAMES = ("base", "per_token", "per_token_per_kcell", "per_output")  # a, b, c, d
 PRIOR = (5.0, 3.0, 1.0, 1.0)  # ms
@@ -21,8 +25,15 @@ def named(coefficients: tuple[float, ...]) -> dict[str, float]:
     return {name: round(v, 4) for name, v in zip(NAMES, coefficients)}
 
 
-def _features(tokens: float, context_k: float, outputs: float) -> tuple[float, ...]:
-    return 1.0, tokens, tokens * context_k, outputs
+class StepShape(NamedTuple):
+    """What a step's cost depends on (the model's features)."""
+    decodes: int = 1
+    tokens: int = 0
+    token_kcells: float = 0.0
+    outputs: int = 0
+
+    def plus(self, other: "StepShape") -> "StepShape":
+        return StepShape(*(a + b for a, b in zip(self, other)))
 
 
 class StepCostModel:
@@ -36,8 +47,7 @@ class StepCostModel:
         # so a feature the steps have not yet varied keeps its prior value.
         self._ridge = [[0.0] * n for _ in range(n)]
         self._ridge_y = [0.0] * n
-        for shape in ((1, 0, 1), (64, 0, 1), (64, 2, 1), (16, 1, 16)):
-            x = _features(*shape)
+        for x in ((1, 1, 0, 1), (1, 64, 0, 1), (1, 64, 128, 1), (1, 16, 16, 16)):
             y = sum(p * xi for p, xi in zip(prior, x))
             for i in range(n):
                 self._ridge_y[i] += prior_weight / 4 * x[i] * y
@@ -45,8 +55,7 @@ class StepCostModel:
                     self._ridge[i][j] += prior_weight / 4 * x[i] * x[j]
         self._coef: tuple[float, ...] | None = None
 
-    def observe(self, num_tokens: int, elapsed_ms: float, context_cells: int = 0, outputs: int = 0) -> None:
-        x = _features(num_tokens, context_cells / 1000.0, outputs)
+    def observe(self, x: StepShape, elapsed_ms: float) -> None:
         d = self.decay
         for i, xi in enumerate(x):
             self.xy[i] = self.xy[i] * d + xi * elapsed_ms
@@ -80,15 +89,15 @@ class StepCostModel:
                 return tuple(coef[i] for i in range(n))
             free = [i for i in free if i not in low]
 
-    def predict_ms(self, num_tokens: int, context_cells: int = 0, outputs: int = 0) -> float:
-        x = _features(num_tokens, context_cells / 1000.0, outputs)
+    def predict_ms(self, x: StepShape) -> float:
         return sum(c * xi for c, xi in zip(self.coefficients, x))
 
-    def tokens_within(self, target_ms: float, context_cells: int = 0, outputs: int = 0) -> int:
-        """The most tokens a step over this context, sampling `outputs` rows, may carry within the target."""
+    def tokens_within(self, target_ms: float, base: StepShape, context_cells: int, new_decode: bool) -> int:
+        """The most tokens a step of shape `base` may add within the target, in a context of
+        `context_cells` cells (`new_decode`: one that has no tokens in the step yet)."""
         a, b, c, d = self.coefficients
-        per_token = b + c * context_cells / 1000.0
-        return max(int((target_ms - a - d * outputs) / per_token), 0)
+        left = target_ms - self.predict_ms(base) - (a if new_decode else 0.0)
+        return max(int(left / (b + c * context_cells / 1000.0)), 0)
 
 
 def _solve(a: list[list[float]], y: list[float]) -> list[float] | None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 
 class KVManager:
-    def __init__(self, num_cells: int, num_seqs: int):
+    def __init__(self, num_cells: int, num_seqs: int, first_id: int = 0):
         self.num_cells = num_cells
-        self.free_seq_ids = list(range(num_seqs - 1, -1, -1))
+        self.free_seq_ids = list(range(first_id + num_seqs - 1, first_id - 1, -1))
         self.allocated: dict[int, int] = {}
 
     @property

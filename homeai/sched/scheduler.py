@@ -3,7 +3,9 @@
 There is no prefill phase and no decode phase. Each request has `num_computed_tokens`
 catching up with `num_tokens`; a step gives each chosen request some tokens:
 
-1. one decode token for every running sequence (interactive first), never skipped;
+1. one decode token for every running sequence (interactive first), never skipped, except
+   that with a separate interactive cache background decodes wait while an interactive
+   prompt is read (down to background's minimum share);
 2. prefill chunks with what is left of the step's token budget: interactive lanes first
    (with a share kept for background work when it is backlogged), then background lanes,
    each class ordered by token-aware fair share over (lane, member) pairs;
@@ -25,7 +27,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from homeai.sched.costmodel import StepCostModel
+from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.fairshare import FairShare
 from homeai.sched.kv import KVManager
 from homeai.sched.request import Kind, Request, Sample, SamplingParams, Status
@@ -54,6 +56,9 @@ class SchedulerLimits:
     min_chunk: int = 16
     max_step_ms: float = 120.0
     embed_chunked: bool = True  # the embedding model keeps a KV cache, so an input may span steps
+    # Cells of a second KV cache for the interactive lanes (0: every lane shares the one cache).
+    # Its sequence ids follow the first cache's: num_seqs .. 2 * num_seqs - 1.
+    interactive_cells: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,8 @@ class StepPlan:
     embed_release: list[int] = field(default_factory=list)  # the same, in the embedding context
     done: list[str] = field(default_factory=list)  # requests whose sampler state may go
     budget: int = 0
-    context_cells: int = 0  # KV cells holding context when the step was planned (the cost model's input)
+    context_cells: int = 0  # KV cells holding context when the step was planned
+    shape: StepShape = StepShape(0)  # what the cost model costs: decode calls, tokens, attention, outputs
 
     @property
     def num_outputs(self) -> int:
@@ -111,7 +117,10 @@ class Scheduler:
     def __init__(self, policies: dict[str, LanePolicy], limits: SchedulerLimits):
         self.policies = policies
         self.limits = limits
-        self.kv = KVManager(limits.num_cells, limits.num_seqs)
+        self.kv = KVManager(limits.num_cells, limits.num_seqs)  # every lane's, or background's when split
+        self.split = limits.interactive_cells > 0
+        self.interactive_kv = (KVManager(limits.interactive_cells, limits.num_seqs, first_id=limits.num_seqs)
+                               if self.split else self.kv)
         self.embed_kv = KVManager(limits.embed_max_tokens, limits.embed_max_seqs)
         self.embedding: list[Request] = []  # embedding inputs admitted and not yet done
         self.fair = FairShare(limits.w_in, limits.w_out)
@@ -127,7 +136,10 @@ class Scheduler:
         self._shrink = 1.0  # < 1 after llama.cpp found no KV slot
         self._min_chunk = limits.min_chunk  # this step's smallest prefill chunk worth placing
         self._plan: StepPlan | None = None  # the plan being built, while schedule() runs
-        self._num_decoding = 0  # sequences decoding this step: each needs one more cell
+        self._num_decoding = {True: 0, False: 0}  # per class, sequences decoding in its cache this step
+        self._cells = {True: 0, False: 0}  # per class, cells holding context in its cache
+        self._aim = 0.0  # this step's time target (ms)
+        self._deferred = 0  # background decodes waiting this step for an interactive prompt
         self._failed_need = {True: math.inf, False: math.inf}  # per class, the smallest refused admission
         self._cutoffs: dict[str, float] = {}  # per lane, the arrival time eligible this step
 
@@ -177,11 +189,15 @@ class Scheduler:
         self.fair.set_backlogged({r.key for r in self.requests.values()})
         decoding = sorted((r for r in self.running if r.is_decoding),
                           key=lambda r: not self.policies[r.lane].interactive)
-        self._num_decoding = len(decoding)
+        decoding = self._decoding_now(decoding, now)
         self._failed_need = {True: math.inf, False: math.inf}
         self._cutoffs = {}
+        for interactive in (True, False):
+            same = [r for r in self.running if self._pool(r) is self._pool_of(interactive)]
+            self._cells[interactive] = sum(r.num_computed_tokens for r in same)
+            self._num_decoding[interactive] = sum(1 for r in decoding if r in same)
         plan.context_cells = sum(r.num_computed_tokens for r in self.running)
-        plan.budget = self._budget(decoding, plan.context_cells, now)
+        plan.budget = self._budget(decoding, now)
         for request in decoding:
             if request.status is Status.RUNNING:  # an earlier one may have preempted it
                 self._grow(request, request.num_computed_tokens + 1)  # may preempt, itself included
@@ -190,13 +206,27 @@ class Scheduler:
         usable = self._background_usable(now, left)
         reserve = self._background_reserve(usable, left)
         used = self._fill(plan, now, interactive=True, budget=left - reserve)
-        used += self._fill(plan, now, interactive=False, budget=left - used)
+        used += self._fill(plan, now, interactive=False, budget=max(self._room(plan, left - used), reserve))
         if reserve and used < left:  # background left part of its reserve: interactive work takes it
             self._fill(plan, now, interactive=True, budget=left - used)
-        self._settle_background_credit(plan, backlogged=usable is not None)
+        self._settle_background_credit(plan, backlogged=usable is not None or self._deferred > 0)
+        plan.shape = self._shape(plan.items, plan.embed_items)
         plan.release, plan.embed_release, plan.done = self._release, self._embed_release, self._done
         self._release, self._embed_release, self._done, self._plan = [], [], [], None
         return plan
+
+    def _decoding_now(self, decoding: list[Request], now: float) -> list[Request]:
+        """With a cache of their own, interactive lanes take whole steps while one of them reads a
+        prompt: background decodes would cost a second decode call each step. They wait (their
+        cells kept) until background's minimum share owes them a step."""
+        self._deferred = 0
+        if not self.split or not self._interactive_prefill_pending(now):
+            return decoding
+        background = [r for r in decoding if not self.policies[r.lane].interactive]
+        if not background or self._bg_credit >= len(background):
+            return decoding
+        self._deferred = len(background)  # owed their share like any backlogged background work
+        return [r for r in decoding if self.policies[r.lane].interactive]
 
     def _background_reserve(self, usable: int | None, left: int) -> int:
         """Tokens of this step kept for background work: what it is owed of its minimum share
@@ -218,7 +248,7 @@ class Scheduler:
         cap = max(self.limits.embed_max_tokens, self.limits.max_step_tokens)
         self._bg_credit = min(max(self._bg_credit + owed - got, 0.0), cap)
 
-    def _budget(self, decoding: list[Request], context_cells: int, now: float) -> int:
+    def _budget(self, decoding: list[Request], now: float) -> int:
         """Tokens this step may carry, as the cost model predicts them over the cells in use.
 
         While an interactive lane decodes, the step is kept within its inter-token target, and
@@ -231,17 +261,45 @@ class Scheduler:
         limits = self.limits
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if self.policies[r.lane].interactive]
         # Aim below the target: the model's error and the machine's noise land on both sides of it.
-        aim = 0.8 * min(targets) if targets else 0.9 * limits.max_step_ms
-        tokens = self.cost.tokens_within(aim, context_cells, outputs=len(decoding))
+        aim = self._aim = 0.8 * min(targets) if targets else 0.9 * limits.max_step_ms
+        base = self._shape([self._item(r, 1) for r in decoding], [])
+        # Prefill goes first to interactive lanes: cost it in their cache when they have their own.
+        to = self.split and self._interactive_prefill_pending(now)
+        tokens = len(decoding) + self.cost.tokens_within(aim, base, self._cells[to],
+                                                         new_decode=not self._num_decoding[to])
         if targets:
             self._min_chunk = 1
-            room = self.cost.predict_ms(len(decoding), context_cells, len(decoding)) < min(targets)
+            room = self.cost.predict_ms(base) < min(targets)
             floor = len(decoding) + (limits.min_chunk if room and self._interactive_prefill_pending(now) else 0)
         else:
             self._min_chunk = limits.min_chunk
             floor = len(decoding) + limits.min_chunk
         budget = max(min(tokens, limits.max_step_tokens), floor)
         return min(max(int(budget * self._shrink), len(decoding) + 1), limits.max_step_tokens)
+
+    def _room(self, plan: StepPlan, left: int) -> int:
+        """Background's part of what is left of the step: with a cache of its own its tokens
+        cost more (its cells are long documents) than the interactive ones the budget assumed."""
+        if not self.split:
+            return left
+        fits = self.cost.tokens_within(self._aim, self._shape(plan.items, plan.embed_items), self._cells[False],
+                                       new_decode=not self._num_decoding[False])
+        return min(left, fits)
+
+    def _shape(self, items: list[ScheduledItem], embed_items: list[ScheduledItem]) -> StepShape:
+        """The cost model's view of a step: one decode call per cache used, and each token
+        attending over its own cache's cells."""
+        tokens = {True: 0, False: 0}
+        outputs = 0
+        for item in items:
+            interactive = self.split and self.policies[self.requests[item.request_id].lane].interactive
+            tokens[interactive] += len(item.tokens)
+            outputs += item.sample
+        embedded = sum(len(i.tokens) for i in embed_items)
+        kcells = (tokens[True] * self._cells[True] + tokens[False] * self._cells[False]
+                  + embedded * self.embed_kv.num_used_cells) / 1000.0
+        decodes = sum(1 for n in (tokens[True], tokens[False], embedded) if n)
+        return StepShape(decodes, tokens[True] + tokens[False] + embedded, kcells, outputs)
 
     def _interactive_prefill_pending(self, now: float) -> bool:
         if any(self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
@@ -384,11 +442,11 @@ class Scheduler:
         if request.num_tokens >= self._failed_need[interactive]:
             return False  # a smaller request of this class already could not get in this step
         while not self._fits(request.num_tokens, interactive):
-            if not interactive or not self._preempt_background():
+            if not interactive or self.split or not self._preempt_background():
                 self._failed_need[interactive] = request.num_tokens
                 return False
         self.waiting[request.lane].remove(request)
-        request.seq_id = self.kv.admit(request.num_tokens)
+        request.seq_id = self._pool_of(interactive).admit(request.num_tokens)
         request.status = Status.RUNNING
         request.admitted_time = request.admitted_time or self._now
         self.running.append(request)
@@ -396,12 +454,19 @@ class Scheduler:
 
     def _fits(self, num_cells: int, interactive: bool) -> bool:
         """A free sequence id and cells for it, leaving a cell per decoding sequence for the next step."""
-        num_free = len(self.kv.free_seq_ids)
-        if not num_free or not self.kv.can_admit(num_cells, self._num_decoding):
+        pool = self._pool_of(interactive)
+        num_free = len(pool.free_seq_ids)
+        if not num_free or not pool.can_admit(num_cells, self._num_decoding[interactive]):
             return False
-        if interactive:
+        if interactive and not self.split:
             return num_free > self._background_seq_reserve()
         return True
+
+    def _pool_of(self, interactive: bool) -> KVManager:
+        return self.interactive_kv if interactive else self.kv
+
+    def _pool(self, request: Request) -> KVManager:
+        return self._pool_of(self.policies[request.lane].interactive)
 
     def _background_share(self) -> tuple[int, int, int, int]:
         """Background sequences and cells held, and the minimum of each it keeps."""
@@ -424,22 +489,24 @@ class Scheduler:
 
     def _grow(self, request: Request, num_cells: int) -> bool:
         """Make room for a request's next tokens, preempting if the cache is full."""
-        while not self.kv.ensure(request.seq_id, num_cells):
-            victim = self._victim()
+        pool = self._pool(request)
+        while not pool.ensure(request.seq_id, num_cells):
+            victim = self._victim(pool)
             if victim is None or victim is request:
                 self._preempt(request)
                 return False
             self._preempt(victim)
         return True
 
-    def _victim(self) -> Request | None:
-        """The lowest-priority, latest-admitted running request."""
-        ranked = [(self.policies[r.lane].priority, i, r) for i, r in enumerate(self.running)]
+    def _victim(self, pool: KVManager | None = None) -> Request | None:
+        """The lowest-priority, latest-admitted running request (holding cells in `pool`, if given)."""
+        ranked = [(self.policies[r.lane].priority, i, r) for i, r in enumerate(self.running)
+                  if pool is None or self._pool(r) is pool]
         return max(ranked, key=lambda t: t[:2])[2] if ranked else None
 
     def _preempt_background(self) -> bool:
         """Preempt for an interactive request, unless background is down to its minimum share."""
-        victim = self._victim()
+        victim = self._victim(self.kv)
         if victim is None or self.policies[victim.lane].interactive:
             return False
         num_held, cells, min_seqs, min_cells = self._background_share()
@@ -451,7 +518,7 @@ class Scheduler:
     def _preempt(self, request: Request) -> None:
         """Drop a request's KV and requeue it at the head of its lane, keeping its output."""
         self.running.remove(request)
-        self.kv.release(request.seq_id)
+        self._pool(request).release(request.seq_id)
         self._release.append(request.seq_id)
         if self._plan is not None:  # preempted while this step is being planned: drop its tokens
             self._plan.items = [i for i in self._plan.items if i.request_id != request.request_id]
@@ -469,7 +536,7 @@ class Scheduler:
             request.seq_id = None
         elif request.status is Status.RUNNING and request.seq_id is not None:
             self.running.remove(request)
-            self.kv.release(request.seq_id)
+            self._pool(request).release(request.seq_id)
             self._release.append(request.seq_id)
             request.seq_id = None
         request.status = Status.FINISHED
@@ -488,7 +555,7 @@ class Scheduler:
             return self._on_no_kv_slot(plan)
         self._shrink = min(self._shrink * 2, 1.0)
         if not plan.empty:
-            self.cost.observe(plan.num_tokens, result.elapsed_ms, plan.context_cells, plan.num_outputs)
+            self.cost.observe(plan.shape, result.elapsed_ms)
         outputs = [o for item in plan.items if (o := self._advance(item, result, now))]
         outputs += [o for item in plan.embed_items if (o := self._embedded(item, result, now))]
         return outputs

@@ -36,11 +36,14 @@ def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
     return float((np.exp(lp) * (lp - lq)).sum())
 
 
-def drive(runner, requests_by_step: dict[int, list[Request]], max_step_tokens=64, num_seqs=16):
-    """Run the real scheduler and runner, adding requests at given step numbers, until all finish."""
+def drive(runner, requests_by_step: dict[int, list[Request]], max_step_tokens=64, num_seqs=16,
+          interactive_cells=0):
+    """Run the real scheduler and runner, adding requests at given step numbers, until all finish
+    (with `interactive_cells`, chat runs in the runner's second cache and summaries in the first)."""
     runner.reset()
     limits = SchedulerLimits(num_cells=4096, num_seqs=num_seqs, max_step_tokens=max_step_tokens,
-                             embed_max_tokens=1024, embed_max_seqs=16, min_chunk=8)
+                             embed_max_tokens=1024, embed_max_seqs=16, min_chunk=8,
+                             interactive_cells=interactive_cells)
     policies = {name: p.__class__(**{**p.__dict__, "window_ms": 0.0}) for name, p in DEFAULT_POLICIES.items()}
     sched = Scheduler(policies, limits)
     everything = [r for rs in requests_by_step.values() for r in rs]
@@ -66,7 +69,7 @@ def solo_run(runner, tokens: list[int], n: int) -> tuple[list[int], list[np.ndar
     return request.output_tokens, [s.logits for s in request.samples]
 
 
-def batched_run(runner, tokens, forced, *, others_tokens) -> list[np.ndarray]:
+def batched_run(runner, tokens, forced, *, others_tokens, interactive_cells=0) -> list[np.ndarray]:
     target = Request("target", "chat", "a", tokens, 0.0,
                      params=SamplingParams(forced_tokens=tuple(forced), record_logits=True))
     others = [Request(f"o{i}", "chat" if i % 2 else "summaries", f"m{i}", t, 0.0,
@@ -74,8 +77,10 @@ def batched_run(runner, tokens, forced, *, others_tokens) -> list[np.ndarray]:
               for i, t in enumerate(others_tokens)]
     # Others arrive before, with and after the target, so it decodes beside sequences mid-prefill.
     schedule = {0: others[:3], 2: [target], 4: others[3:5], 9: others[5:]}
-    drive(runner, schedule, max_step_tokens=64)
+    sched = drive(runner, schedule, max_step_tokens=64, interactive_cells=interactive_cells)
     assert target.output_tokens == list(forced)
+    if interactive_cells:
+        assert sched.interactive_kv.num_cells == interactive_cells
     return [s.logits for s in target.samples]
 
 
@@ -93,10 +98,12 @@ def solo(runner):
     return tokens, forced, logits
 
 
-def test_batched_distributions_match_solo_within_noise(runner, solo):
+@pytest.mark.parametrize("interactive_cells", [0, 2048], ids=["one-cache", "interactive-cache"])
+def test_batched_distributions_match_solo_within_noise(runner, solo, interactive_cells):
+    """Chat and summaries together, in one cache or in two (two decode calls a step)."""
     tokens, forced, solo_logits = solo
     others = [prompt(runner, q) for q in QUESTIONS] + [prompt(runner, " ".join(QUESTIONS))]
-    batched_logits = batched_run(runner, tokens, forced, others_tokens=others)
+    batched_logits = batched_run(runner, tokens, forced, others_tokens=others, interactive_cells=interactive_cells)
     mean_kl, agree = compare(solo_logits, batched_logits)
     assert len(batched_logits) == len(solo_logits) == 32
     assert mean_kl < 0.02, mean_kl
@@ -129,7 +136,8 @@ def test_preempted_request_resumes_with_exactly_its_tokens(runner, make_engine):
     background_prompt = prompt(runner, "Describe a long walk through a forest in autumn. " * 12)
     chat_prompt = prompt(runner, "Name a planet. " * 50)
     # Room for both prompts but not for the background's answer too: the chat must preempt.
-    engine = make_engine(num_cells=len(background_prompt) + len(chat_prompt) + 5, num_seqs=4)
+    # One cache for every lane (no separate interactive cache), so the chat needs the summary's cells.
+    engine = make_engine(num_cells=len(background_prompt) + len(chat_prompt) + 5, num_seqs=4, interactive_cells=0)
     params = SamplingParams(temperature=0.8, seed=7, max_tokens=60, ignore_eos=True)
     stream = engine.submit(background_prompt, lane="summaries", params=params)
     events = []
@@ -151,7 +159,7 @@ def test_preempted_request_resumes_with_exactly_its_tokens(runner, make_engine):
 def test_preempted_distributions_match_the_uninterrupted_run(runner, solo, make_engine):
     tokens, forced, solo_logits = solo
     chat_prompt = prompt(runner, "Count to ten. " * 30)
-    engine = make_engine(num_cells=len(tokens) + len(chat_prompt) + 4, num_seqs=4)
+    engine = make_engine(num_cells=len(tokens) + len(chat_prompt) + 4, num_seqs=4, interactive_cells=0)
     stream = engine.submit(tokens, lane="summaries",
                            params=SamplingParams(forced_tokens=tuple(forced), record_logits=True))
     seen = 0

@@ -33,8 +33,9 @@ def token_for(request_id: str, position: int) -> int:
 class FakeRunner:
     """Computes nothing; samples a deterministic token; checks the plan's own invariants."""
 
-    def __init__(self, step_ms: float = 10.0):
+    def __init__(self, step_ms: float = 10.0, cost=None):
         self.step_ms = step_ms
+        self.cost = cost  # a StepShape's milliseconds, if steps are not all step_ms long
         self.positions: dict[int, int] = {}  # seq id -> next position expected (KV the "model" holds)
         self.plans: list[StepPlan] = []
         self.embed_positions: dict[int, int] = {}  # the same for the embedding context
@@ -44,7 +45,7 @@ class FakeRunner:
         self.plans.append(plan)
         for seq in plan.release:
             self.positions.pop(seq, None)
-        result = StepResult(elapsed_ms=self.step_ms)
+        result = StepResult(elapsed_ms=self.cost(plan.shape) if self.cost else self.step_ms)
         seqs = [i.seq_id for i in plan.items]
         assert len(seqs) == len(set(seqs)), "a sequence appears twice in one step"
         for item in plan.items:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from homeai.sched.costmodel import StepShape
 from homeai.sched.request import Kind, Status
 from homeai.sched.scheduler import QueueFull
 from tests.sched.helpers import (FakeRunner, create_request, create_scheduler, run_until_idle, step,
@@ -104,8 +105,10 @@ def test_weights_set_the_shares():
     assert abs(share - 0.75) < 0.1, served
 
 
-def test_background_progresses_under_saturating_interactive_load():
-    sched, runner = create_scheduler(max_step_tokens=64, num_seqs=8), FakeRunner()
+@pytest.mark.parametrize("interactive_cells", [0, 2048], ids=["one-cache", "interactive-cache"])
+def test_background_progresses_under_saturating_interactive_load(interactive_cells):
+    sched = create_scheduler(max_step_tokens=64, num_seqs=8, interactive_cells=interactive_cells)
+    runner = FakeRunner()
     background = create_request(lane="summaries", num_prompt=300, max_tokens=5, arrival=0.0)
     sched.add_request(background)
     now = 0.0
@@ -257,19 +260,19 @@ def test_no_kv_slot_keeps_nothing_and_the_work_completes():
 def test_interactive_decoding_keeps_steps_short():
     sched, runner = create_scheduler(max_step_tokens=256), FakeRunner()
     for _ in range(50):  # teach the cost model: 2 ms per token
-        sched.cost.observe(100, 200.0)
-        sched.cost.observe(10, 20.0)
+        sched.cost.observe(StepShape(1, 100), 200.0)
+        sched.cost.observe(StepShape(1, 10), 20.0)
     chat = create_request(lane="chat", num_prompt=10, max_tokens=50)
     sched.add_request(chat)
     step(sched, runner, 0.0)
     sched.add_request(create_request(lane="summaries", num_prompt=2000, max_tokens=5, arrival=0.0))
     plan, _ = step(sched, runner, 1.0)
-    assert sched.cost.predict_ms(plan.num_tokens) <= sched.policies["chat"].itl_target_ms
+    assert sched.cost.predict_ms(plan.shape) <= sched.policies["chat"].itl_target_ms
     sched.abort(chat.request_id)
     step(sched, runner, 1.1)
     short = plan.num_tokens
     context = sum(r.num_computed_tokens for r in sched.running)
-    grown = sched.cost.tokens_within(0.9 * sched.limits.max_step_ms, context)
+    grown = sched.cost.tokens_within(0.9 * sched.limits.max_step_ms, StepShape(0), context, new_decode=True)
     plan, _ = step(sched, runner, 1.2)
     assert plan.num_tokens == min(grown, 256) > short, "with no interactive decode the step grows for throughput"
 
@@ -313,8 +316,8 @@ def test_a_background_request_that_cannot_fit_never_holds_back_interactive_prefi
     prefilling in small chunks beside a preempted summary gets every step's whole budget."""
     sched, runner = create_scheduler(num_cells=490, num_seqs=4), FakeRunner()
     for _ in range(50):  # teach the cost model: 5 ms per token, so a step carries about 20
-        sched.cost.observe(100, 500.0)
-        sched.cost.observe(10, 50.0)
+        sched.cost.observe(StepShape(1, 100), 500.0)
+        sched.cost.observe(StepShape(1, 10), 50.0)
     background = create_request(lane="summaries", num_prompt=190, max_tokens=30, arrival=0.0)
     sched.add_request(background)
     now = 0.0
@@ -334,3 +337,64 @@ def test_a_background_request_that_cannot_fit_never_holds_back_interactive_prefi
         assert plan.num_tokens == min(plan.budget, left), "budget kept for background that cannot use it"
     run_until_idle(sched, runner, now)
     assert chat.finished and background.finished and len(background.output_tokens) == 30
+
+
+def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_background():
+    """Interactive lanes get a cache of their own: sequence ids after the main cache's, no
+    preemption of a summary for a chat, and each token costed over its own cache's cells."""
+    sched, runner = create_scheduler(num_cells=300, num_seqs=4, interactive_cells=200), FakeRunner()
+    background = create_request(lane="summaries", num_prompt=250, max_tokens=40, arrival=0.0)
+    sched.add_request(background)
+    now = 0.0
+    while not background.is_decoding:
+        step(sched, runner, now)
+        now += 0.01
+    chat = create_request(lane="chat", num_prompt=150, max_tokens=5, arrival=now)
+    sched.add_request(chat)
+    now += 0.01
+    plan, _ = step(sched, runner, now)
+    assert background.num_preemptions == 0 and background.seq_id < 4 <= chat.seq_id
+    assert sched.kv.num_used_cells == background.num_computed_tokens
+    assert sched.interactive_kv.num_used_cells == 150
+    # While the chat's prompt is read, the summary's decode waits (it would cost a second decode call).
+    assert plan.shape.decodes == 1 and plan.shape.tokens == chat.num_computed_tokens
+    assert plan.shape.token_kcells == 0  # the chat's chunk attends over none of the summary's cells
+    while not chat.is_decoding:
+        now += 0.01
+        plan, _ = step(sched, runner, now)
+    now += 0.01
+    plan, _ = step(sched, runner, now)  # both decode: one call per cache, each over its own cells
+    assert plan.shape.decodes == 2 and plan.shape.tokens == 2
+    assert plan.shape.token_kcells == (background.num_computed_tokens - 1 + chat.num_computed_tokens - 1) / 1000
+    run_until_idle(sched, runner, now)
+    assert chat.finished and background.finished and len(background.output_tokens) == 40
+    assert sched.kv.num_used_cells == 0 and sched.interactive_kv.num_used_cells == 0
+
+
+def test_a_chat_reads_its_prompt_faster_beside_a_long_document_with_its_own_cache():
+    """The point of the second cache: under the same inter-token target, a chat's prompt gets
+    more of each step when its tokens do not attend over a 3,000-token document."""
+    def cpu(shape):  # a CPU's shape: 10 ms a decode call, 3 ms a token, 1 ms a token per thousand cells
+        return 10 * shape.decodes + 3 * shape.tokens + shape.token_kcells + shape.outputs
+
+    def chunks(interactive_cells):
+        sched = create_scheduler(num_cells=8192, num_seqs=8, interactive_cells=interactive_cells)
+        runner = FakeRunner(cost=cpu)
+        for _ in range(50):
+            for shape in (StepShape(1, 100, 0.0, 1), StepShape(1, 10, 30.0, 5), StepShape(2, 40, 60.0, 2)):
+                sched.cost.observe(shape, cpu(shape))
+        reader = create_request(lane="chat", member="bob", num_prompt=10, max_tokens=500)
+        document = create_request(lane="summaries", num_prompt=3000, max_tokens=100)
+        sched.add_request(reader)
+        sched.add_request(document)
+        now = 0.0
+        while not (reader.is_decoding and document.is_decoding):
+            step(sched, runner, now)
+            now += 0.01
+        chat = create_request(lane="chat", num_prompt=200, max_tokens=5, arrival=now)
+        sched.add_request(chat)
+        step(sched, runner, now + 0.01)
+        plan, _ = step(sched, runner, now + 0.02)
+        return next(len(i.tokens) for i in plan.items if i.request_id == chat.request_id)
+    shared, split = chunks(0), chunks(2048)
+    assert split > 1.5 * shared, (shared, split)
