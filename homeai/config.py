@@ -83,6 +83,9 @@ class SpeechConfig:
     compute_type: str = "int8"  # int8 on the CPU, float16 on a GPU
     workers: int = 1  # transcriptions run at once
     max_utterance_s: float = 30.0  # longer utterances are refused
+    # While a spoken question is transcribed, background lanes take no steps: on a CPU they share
+    # its cores with speech-to-text and slow it several times over. Off on a GPU box, if you like.
+    pause_background: bool = True
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ holds `server.max_websockets_per_member` sockets; a page of another origin gets 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -350,9 +351,12 @@ class Turn:
 
     async def _transcribe(self) -> str:
         s = self.settings
+        engine = self.session.runtime.engine
+        pause = engine is not None and self.session.runtime.cfg.speech.pause_background
         try:
-            transcript = await self.session.stt.transcribe_pcm16_async(
-                self.pcm, s.sample_rate, s.language, s.vad)
+            with engine.background_paused() if pause else contextlib.nullcontext():
+                transcript = await self.session.stt.transcribe_pcm16_async(
+                    self.pcm, s.sample_rate, s.language, s.vad)
         except AudioError as e:
             raise VoiceError("invalid_audio", str(e)) from None
         except SpeechBusy as e:

@@ -146,7 +146,7 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
         end = clock.advance(result.elapsed_ms / 1000.0)
         outputs = sched.update(plan, result, end)
         steps.append(StepRecord(now, end, plan.num_tokens, sum(1 for x in plan.items if len(x.tokens) == 1 and x.sample),
-                                len(plan.items) + len(plan.embed_items), sched.kv.num_used_cells, plan.budget,
+                                len(plan.items) + len(plan.embed_items), _cells_used(sched), plan.budget,
                                 by_member, backlogged))
         for out in outputs:
             rec = records[out.request.request_id]
@@ -157,7 +157,13 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
     for request_id, request in list(live.items()):  # aborted at the time limit
         _finish(records[request_id], request, clock.now(), live, progress)
     return RunResult(policy, workload.name, simulated, list(records.values()), steps,
-                     limits.__dict__.copy(), sched.cost.coefficients, {k: v.__dict__.copy() for k, v in lanes.items()})
+                     sched.limits.__dict__.copy(), sched.cost.coefficients, {k: v.__dict__.copy() for k, v in lanes.items()})
+
+
+def _cells_used(sched) -> int:
+    """KV cells in use over both caches (the interactive lanes may have their own)."""
+    extra = sched.interactive_kv.num_used_cells if sched.split else 0
+    return sched.kv.num_used_cells + extra
 
 
 def _finish(rec: RequestRecord, request: Request, now: float, live: dict, progress) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from contextlib import contextmanager
 from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -151,6 +152,7 @@ class Engine:
         self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0}
         self._ids = itertools.count()
         self._calls: deque = deque()  # call_in_loop() work, run between steps
+        self._background_holds = 0  # background_paused() blocks open: only interactive work steps
         self._accepting = True
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -291,6 +293,20 @@ class Engine:
             self.lock.notify_all()
         return future.result(timeout)
 
+    @contextmanager
+    def background_paused(self):
+        """While open, steps run only when interactive work is there: a spoken question's
+        speech-to-text shares the CPU's cores with llama.cpp, and a background step beside it
+        slows the transcription several times over. Background work waits, its cells kept."""
+        with self.lock:
+            self._background_holds += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._background_holds -= 1
+                self.lock.notify_all()
+
     def _run_calls(self) -> None:
         while self._calls:
             fn, future = self._calls.popleft()
@@ -306,6 +322,9 @@ class Engine:
                     return
                 if self._calls and not self.scheduler.has_work():
                     self._run_calls()
+                    continue
+                if self._background_holds and not self.scheduler.has_interactive_work():
+                    self.lock.wait(0.05)  # released (notify) when the hold ends or a request arrives
                     continue
                 plan = self.scheduler.schedule(self.clock())
                 if plan.empty and not plan.release and not plan.embed_release and not plan.done:

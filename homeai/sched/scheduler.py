@@ -173,6 +173,10 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.running) or bool(self.embedding) or any(self.waiting.values())
 
+    def has_interactive_work(self) -> bool:
+        return (any(self.policies[r.lane].interactive for r in self.running)
+                or any(q for lane, q in self.waiting.items() if self.policies[lane].interactive))
+
     def num_waiting(self, lane: str) -> int:
         return len(self.waiting[lane])
 

@@ -146,3 +146,24 @@ def test_a_full_lane_is_refused_while_other_lanes_take_work(runner, make_engine)
     assert engine.snapshot()["lanes"]["summaries"]["rejected"] == 1
     for s in held:
         s.abort()
+
+
+def test_background_waits_while_paused_and_interactive_work_still_runs(runner, make_engine):
+    """What a spoken question's transcription asks of the engine: background steps stop, a chat
+    still gets its answer, and the background request carries on afterwards with nothing lost."""
+    import time
+
+    engine = make_engine()
+    summary = engine.submit(chat(runner, "Describe the sea. " * 20), lane="summaries",
+                            params=SamplingParams(temperature=0, max_tokens=40, ignore_eos=True))
+    first = next(iter(summary))  # running, mid-answer
+    with engine.background_paused():
+        steps = engine.counters["steps"]
+        time.sleep(0.5)
+        assert engine.counters["steps"] - steps <= 1, "background kept stepping (one step may be in flight)"
+        assert len(summary.request.output_tokens) < 40
+        answer = list(engine.submit(chat(runner, "Say hi."), params=SamplingParams(temperature=0, max_tokens=5)))
+        assert answer[-1].reason in ("stop", "length")
+    rest = list(summary)
+    assert summary.finished.reason == "length" and len(summary.request.output_tokens) == 40
+    assert [first.token] + [e.token for e in rest if isinstance(e, TokenEvent)] == summary.request.output_tokens
