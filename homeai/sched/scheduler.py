@@ -224,7 +224,7 @@ class Scheduler:
         prompt: background decodes would cost a second decode call each step. They wait (their
         cells kept) until background's minimum share owes them a step."""
         self._deferred = 0
-        if not self.split or not self._interactive_prefill_pending(now):
+        if not self.split or not self._interactive_prompt_can_go(now):
             return decoding
         background = [r for r in decoding if not self.policies[r.lane].interactive]
         if not background or self._bg_credit >= len(background):
@@ -304,6 +304,18 @@ class Scheduler:
                   + embedded * self.embed_kv.num_used_cells) / 1000.0
         decodes = sum(1 for n in (tokens[True], tokens[False], embedded) if n)
         return StepShape(decodes, tokens[True] + tokens[False] + embedded, kcells, outputs)
+
+    def _interactive_prompt_can_go(self, now: float) -> bool:
+        """An interactive prompt is part-read, or an eligible one would get its cells now (one
+        that cannot, with the interactive cache full, is no reason to hold background back)."""
+        if any(self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
+            return True
+        pool = self.interactive_kv
+        decoding = sum(1 for r in self.running if r.is_decoding and self.policies[r.lane].interactive)
+        return any(queue and self.policies[lane].interactive
+                   and (queue[0].arrival_time <= self._lane_cutoff(lane, now) or queue[0].num_preemptions)
+                   and pool.can_admit(queue[0].num_tokens, decoding)
+                   for lane, queue in self.waiting.items())
 
     def _interactive_prefill_pending(self, now: float) -> bool:
         if any(self.policies[r.lane].interactive and not r.is_decoding for r in self.running):

@@ -398,3 +398,24 @@ def test_a_chat_reads_its_prompt_faster_beside_a_long_document_with_its_own_cach
         return next(len(i.tokens) for i in plan.items if i.request_id == chat.request_id)
     shared, split = chunks(0), chunks(2048)
     assert split > 1.5 * shared, (shared, split)
+
+
+def test_a_chat_that_cannot_get_cells_does_not_hold_background_decodes_back():
+    sched, runner = create_scheduler(num_cells=1000, num_seqs=4, interactive_cells=100), FakeRunner()
+    reader = create_request(lane="chat", num_prompt=80, max_tokens=15)
+    background = create_request(lane="summaries", num_prompt=50, max_tokens=30)
+    sched.add_request(reader)
+    sched.add_request(background)
+    now = 0.0
+    while not (reader.is_decoding and background.is_decoding):
+        step(sched, runner, now)
+        now += 0.01
+    waiting = create_request(lane="chat", member="bob", num_prompt=60, max_tokens=5, arrival=now)
+    sched.add_request(waiting)  # cannot fit beside the reader: it waits for the reader's cells
+    for _ in range(3):
+        now += 0.01
+        plan, _ = step(sched, runner, now)
+        assert waiting.status is Status.WAITING
+        assert background.request_id in {i.request_id for i in plan.items}
+    run_until_idle(sched, runner, now)
+    assert waiting.finished and background.finished
