@@ -196,10 +196,15 @@ class Scheduler:
         decoding = self._decoding_now(decoding, now)
         self._failed_need = {True: math.inf, False: math.inf}
         self._cutoffs = {}
-        for interactive in (True, False):
-            same = [r for r in self.running if self._pool(r) is self._pool_of(interactive)]
-            self._cells[interactive] = sum(r.num_computed_tokens for r in same)
-            self._num_decoding[interactive] = sum(1 for r in decoding if r in same)
+        cells, num_decoding = {True: 0, False: 0}, {True: 0, False: 0}
+        for r in self.running:  # per cache: the interactive lanes' own, if split, else one for all
+            cells[self.split and self.policies[r.lane].interactive] += r.num_computed_tokens
+        for r in decoding:  # decoding this step (background ones may be waiting)
+            num_decoding[self.split and self.policies[r.lane].interactive] += 1
+        if not self.split:
+            cells[True], num_decoding[True] = cells[False], num_decoding[False]
+        self._cells = cells
+        self._num_decoding = num_decoding
         plan.context_cells = sum(r.num_computed_tokens for r in self.running)
         plan.budget = self._budget(decoding, now)
         for request in decoding:
