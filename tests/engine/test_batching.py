@@ -172,3 +172,48 @@ def test_preempted_distributions_match_the_uninterrupted_run(runner, solo, make_
     assert stream.request.num_preemptions >= 1
     mean_kl, agree = compare(solo_logits, [s.logits for s in stream.request.samples])
     assert mean_kl < 0.02 and all(agree)
+
+
+def test_a_step_without_a_slot_in_one_cache_is_undone_in_the_other(runner, monkeypatch):
+    """With two caches a step is two decode calls; if the second finds no KV slot, the first's
+    tokens are removed again, nothing is sampled, and the requests carry on as if it never ran."""
+    import llama_cpp
+
+    runner.reset()
+    limits = SchedulerLimits(num_cells=4096, num_seqs=16, max_step_tokens=64, embed_max_tokens=1024,
+                             embed_max_seqs=16, min_chunk=8, interactive_cells=2048)
+    policies = {name: p.__class__(**{**p.__dict__, "window_ms": 0.0}) for name, p in DEFAULT_POLICIES.items()}
+    sched = Scheduler(policies, limits)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    chat = Request("chat", "chat", "a", prompt(runner, QUESTIONS[0]), 0.0, params=params)
+    summary = Request("summary", "summaries", "b", prompt(runner, QUESTIONS[1]), 0.0, params=params)
+    sched.add_request(chat)
+    sched.add_request(summary)
+    now = 0.0
+    while not (chat.is_decoding and summary.is_decoding):
+        plan = sched.schedule(now)
+        sched.update(plan, runner.run(plan), now)
+        now += 0.1
+    plan = sched.schedule(now)
+    assert {i.request_id for i in plan.items} == {"chat", "summary"} and chat.seq_id >= 16 > summary.seq_id
+    chat_pos = llama_cpp.llama_memory_seq_pos_max(runner.imemory, chat.seq_id - 16)
+    real_decode = llama_cpp.llama_decode
+
+    def main_cache_full(ctx, batch):
+        return 1 if ctx is runner.ctx else real_decode(ctx, batch)
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", main_cache_full)
+    result = runner.run(plan)
+    monkeypatch.undo()
+    assert result.no_kv_slot and not result.samples
+    assert llama_cpp.llama_memory_seq_pos_max(runner.imemory, chat.seq_id - 16) == chat_pos, "the chat's token stayed"
+    sched.update(plan, result, now)
+    for _ in range(200):
+        if not sched.has_work():
+            break
+        now += 0.1
+        plan = sched.schedule(now)
+        sched.update(plan, runner.run(plan), now)
+    assert chat.finished and summary.finished
+    assert len(chat.output_tokens) == len(summary.output_tokens) == 12
+    runner.reset()
