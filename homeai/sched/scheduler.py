@@ -16,8 +16,10 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
 
 The budget adapts to a step-cost model: while an interactive lane decodes, a step is kept
 within its inter-token-latency target; otherwise it grows for throughput. KV admission
-reserves cells; an interactive request that cannot be admitted preempts the
-lowest-priority, latest-admitted background sequence by recompute.
+reserves cells. With one cache for every lane, an interactive request that cannot be
+admitted preempts the lowest-priority, latest-admitted background sequence by recompute.
+With a cache of their own (`interactive_cells`), interactive lanes never take background
+cells, and their tokens never attend over them.
 """
 
 from __future__ import annotations
