@@ -89,15 +89,17 @@ def continuous_bench(bench: Bench, n: int = 32, mean_output: int = 128, rate: fl
                      seed: int = 0) -> dict:
     workload = workloads.continuous(n=n, mean_output=mean_output, rate=rate, seed=seed)
     results = bench.compare(workload)
-    tput = {p: report.run_metrics(r)["overall"]["throughput_tok_s"] for p, r in results.items()}
+    m = {p: report.run_metrics(r) for p, r in results.items()}
+    tput = {p: x["overall"]["throughput_tok_s"] for p, x in m.items()}
+    busy = {p: x["backlogged_tok_s"] for p, x in m.items()}
     findings = {"Targets": [
-        f"homeai / fifo throughput: {_ratio(tput['homeai'], tput['fifo'])} (target >= 0.95)",
-        f"homeai / static throughput: {_ratio(tput['homeai'], tput['static'])} (target > 1)",
-        f"homeai / serial throughput: {_ratio(tput['homeai'], tput['serial'])} (target > 1; ~1.7 on this CPU)",
-    ]}
+        f"homeai / {p} throughput: {_ratio(tput['homeai'], tput[p])} over the makespan, "
+        f"{_ratio(busy['homeai'], busy[p])} while requests waited ({goal})"
+        for p, goal in (("fifo", "target >= 0.95"), ("static", "target > 1"),
+                        ("serial", "target > 1; ~1.7 on this CPU"))]}
     plot_paths = [plots.ttft_by_lane(results, bench.out / "continuous_ttft.png")]
     return bench.finish("continuous", workload, results, findings, plot_paths,
-                        {"throughput_tok_s": tput})
+                        {"throughput_tok_s": tput, "backlogged_tok_s": busy})
 
 
 def household_bench(bench: Bench, duration_s: float = 40.0, seed: int = 0, doc_len: int = 2000,

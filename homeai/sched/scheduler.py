@@ -5,7 +5,8 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
 
 1. one decode token for every running sequence (interactive first), never skipped, except
    that with a separate interactive cache background decodes wait while an interactive
-   prompt is read (down to background's minimum share);
+   prompt is read (down to background's minimum share, where a decode call of its own
+   costs background its fixed cost in tokens' worth);
 2. prefill chunks with what is left of the step's token budget: interactive lanes first
    (with a share kept for background work when it is backlogged), then background lanes,
    each class ordered by token-aware fair share over (lane, member) pairs;
@@ -15,8 +16,10 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
    where an input is atomic.
 
 The budget adapts to a step-cost model: while an interactive lane decodes, a step is kept
-within its inter-token-latency target; otherwise it grows for throughput. KV admission
-reserves cells. With one cache for every lane, an interactive request that cannot be
+within its inter-token-latency target; otherwise it grows for throughput. An interactive
+request is admitted only while the readers, costed at their lane's typical output length
+(learnt from finished requests), keep that pace with room left to read its prompt. KV
+admission reserves cells. With one cache for every lane, an interactive request that cannot be
 admitted preempts the lowest-priority, latest-admitted background sequence by recompute.
 With a cache of their own (`interactive_cells`), interactive lanes never take background
 cells, and their tokens never attend over them.
@@ -35,6 +38,14 @@ from homeai.sched.kv import KVManager
 from homeai.sched.request import Kind, Request, Sample, SamplingParams, Status
 from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
+
+
+# While interactive lanes decode, a step aims at STEP_AIM of their inter-token target (the cost
+# model's error and the machine's noise land on both sides of it), and readers are admitted
+# only while their decodes, at typical length, take at most READERS_AIM of it: the rest of
+# the aim reads new prompts.
+STEP_AIM = 0.8
+READERS_AIM = 0.7
 
 
 class QueueFull(Exception):
@@ -61,6 +72,9 @@ class SchedulerLimits:
     # Cells of a second KV cache for the interactive lanes (0: every lane shares the one cache).
     # Its sequence ids follow the first cache's: num_seqs .. 2 * num_seqs - 1.
     interactive_cells: int = 0
+    # A lane's typical output length until its own finished requests teach the scheduler better:
+    # admission costs readers at their typical length, not at the length they have now.
+    typical_output: int = 64
 
 
 @dataclass(frozen=True)
@@ -144,6 +158,7 @@ class Scheduler:
         self._deferred = 0  # background decodes waiting this step for an interactive prompt
         self._failed_need = {True: math.inf, False: math.inf}  # per class, the smallest refused admission
         self._cutoffs: dict[str, float] = {}  # per lane, the arrival time eligible this step
+        self._typical_output = {name: float(limits.typical_output) for name in policies}  # learnt per lane
 
     # ---- requests in and out -------------------------------------------------------
 
@@ -216,10 +231,13 @@ class Scheduler:
         left = plan.budget - len(plan.items)
         usable = self._background_usable(now, left)
         reserve = self._background_reserve(usable, left)
-        used = self._fill(plan, now, interactive=True, budget=left - reserve)
-        used += self._fill(plan, now, interactive=False, budget=max(self._room(plan, left - used), reserve))
-        if reserve and used < left:  # background left part of its reserve: interactive work takes it
-            self._fill(plan, now, interactive=True, budget=left - used)
+        if self.split:
+            self._fill_split(plan, now, left, reserve)
+        else:
+            used = self._fill(plan, now, interactive=True, budget=left - reserve)
+            used += self._fill(plan, now, interactive=False, budget=max(left - used, reserve))
+            if reserve and used < left:  # background left part of its reserve: interactive work takes it
+                self._fill(plan, now, interactive=True, budget=left - used)
         self._settle_background_credit(plan, backlogged=usable is not None or self._deferred > 0)
         plan.shape = self._shape(plan.items, plan.embed_items)
         plan.release, plan.embed_release, plan.done = self._release, self._embed_release, self._done
@@ -234,7 +252,7 @@ class Scheduler:
         if not self.split or not self._interactive_prompt_can_go(now):
             return decoding
         background = [r for r in decoding if not self.policies[r.lane].interactive]
-        if not background or self._bg_credit >= len(background):
+        if not background or self._bg_credit >= len(background) + self._call_tokens():
             return decoding
         self._deferred = len(background)  # owed their share like any backlogged background work
         return [r for r in decoding if self.policies[r.lane].interactive]
@@ -253,49 +271,79 @@ class Scheduler:
         if not backlogged:
             self._bg_credit = 0.0
             return
-        got = sum(len(i.tokens) for i in plan.items if not self.policies[self.requests[i.request_id].lane].interactive)
-        got += sum(len(i.tokens) for i in plan.embed_items)
+        background = [i for i in plan.items if not self.policies[self.requests[i.request_id].lane].interactive]
+        got = sum(len(i.tokens) for i in background) + sum(len(i.tokens) for i in plan.embed_items)
+        if self.split and len(background) < len(plan.items):  # beside interactive work, background's
+            got += self._call_tokens() * ((len(background) > 0) + (len(plan.embed_items) > 0))  # calls are its own
         owed = self.limits.background_min_share * plan.num_tokens
         cap = max(self.limits.embed_max_tokens, self.limits.max_step_tokens)
         self._bg_credit = min(max(self._bg_credit + owed - got, 0.0), cap)
 
+    def _call_tokens(self) -> float:
+        """A decode call's fixed cost in tokens' worth: what background pays for a call of its own."""
+        a, b, _, _ = self.cost.coefficients
+        return a / b
+
     def _budget(self, decoding: list[Request], now: float) -> int:
         """Tokens this step may carry, as the cost model predicts them over the cells in use.
 
-        While an interactive lane decodes, the step is kept within its inter-token target, and
-        any prefill chunk that fits rides along (however small: the step's fixed cost is paid
-        anyway); a new interactive request still gets `min_chunk`, so a chat is not starved by
-        others reading, as long as decoding alone stays under the target. Past that, one more
-        sequence would slow every reader below reading pace (and, with attention over every
-        cell, lower throughput too): new work waits for a sequence to finish. Otherwise the
-        step grows to `max_step_ms` for throughput."""
+        While an interactive lane decodes, the step is kept within its aim (below its inter-token
+        target), and any prefill chunk that fits rides along (however small: the step's fixed
+        cost is paid anyway). Admission keeps room in the aim for reading a new prompt: one more
+        reader is let in only while the readers' decodes, at their typical length, leave it
+        (`_readers_keep_pace`); past that, one more sequence would slow every reader below
+        reading pace (and, with attention over every cell, lower throughput too), so new work
+        waits for a sequence to finish. Otherwise the step grows to `max_step_ms` for throughput."""
         limits = self.limits
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if self.policies[r.lane].interactive]
-        # Aim below the target: the model's error and the machine's noise land on both sides of it.
-        aim = self._aim = 0.8 * min(targets) if targets else 0.9 * limits.max_step_ms
+        aim = self._aim = STEP_AIM * min(targets) if targets else 0.9 * limits.max_step_ms
         base = self._shape([self._item(r, 1) for r in decoding], [])
         # Prefill goes first to interactive lanes: cost it in their cache when they have their own.
-        to = self.split and self._interactive_prefill_pending(now)
+        prompt = self._interactive_prompt_can_go(now)
+        to = self.split and prompt
         tokens = len(decoding) + self.cost.tokens_within(aim, base, self._cells[to],
                                                          new_decode=not self._num_decoding[to])
         if targets:
             self._min_chunk = 1
+            # A prompt that was let in is read by at least a token a step while decoding alone
+            # stays under the target (admission left the readers room for it, see `_readers_keep_pace`).
             room = self.cost.predict_ms(base) < min(targets)
-            floor = len(decoding) + (limits.min_chunk if room and self._interactive_prefill_pending(now) else 0)
+            floor = len(decoding) + (1 if room and prompt else 0)
         else:
             self._min_chunk = limits.min_chunk
             floor = len(decoding) + limits.min_chunk
         budget = max(min(tokens, limits.max_step_tokens), floor)
         return min(max(int(budget * self._shrink), len(decoding) + 1), limits.max_step_tokens)
 
+    def _fill_split(self, plan: StepPlan, now: float, left: int, reserve: int) -> None:
+        """Fill a step when interactive lanes have a cache of their own. Background tokens then
+        cost a decode call of their own (and attend over long documents), so background's owed
+        share is paid first, in a chunk the step's aim can afford, and only once the debt covers
+        that chunk: paying a token or two every step would pay the call every step. Interactive
+        prefill takes what the aim leaves; background fills whatever is left after that."""
+        used = 0
+        if reserve:
+            fits = self._room(plan, left)
+            if fits and self._bg_credit >= min(fits, self.limits.min_chunk):
+                used = self._fill(plan, now, interactive=False, budget=min(reserve, fits))
+        budget = left - used
+        if used:  # what the interactive lanes may still add within the aim, beside that chunk
+            budget = min(budget, self.cost.tokens_within(self._aim, self._shape(plan.items, plan.embed_items),
+                                                         self._cells[True], new_decode=not self._uses(plan, True)))
+        used += self._fill(plan, now, interactive=True, budget=budget)
+        self._fill(plan, now, interactive=False, budget=self._room(plan, left - used))
+
     def _room(self, plan: StepPlan, left: int) -> int:
-        """Background's part of what is left of the step: with a cache of its own its tokens
-        cost more (its cells are long documents) than the interactive ones the budget assumed."""
-        if not self.split:
-            return left
+        """Background's part of what is left of the step, costed in its own cache: its tokens
+        cost more (its cells are long documents, and maybe a decode call of its own) than the
+        interactive ones the budget assumed."""
         fits = self.cost.tokens_within(self._aim, self._shape(plan.items, plan.embed_items), self._cells[False],
-                                       new_decode=not self._num_decoding[False])
+                                       new_decode=not self._uses(plan, False))
         return min(left, fits)
+
+    def _uses(self, plan: StepPlan, interactive: bool) -> bool:
+        """The step already makes a decode call in this class's cache."""
+        return any(self.policies[self.requests[i.request_id].lane].interactive == interactive for i in plan.items)
 
     def _shape(self, items: list[ScheduledItem], embed_items: list[ScheduledItem]) -> StepShape:
         """The cost model's view of a step: one decode call per cache used, and each token
@@ -313,23 +361,23 @@ class Scheduler:
         return StepShape(decodes, tokens[True] + tokens[False] + embedded, kcells, outputs)
 
     def _interactive_prompt_can_go(self, now: float) -> bool:
-        """An interactive prompt is part-read, or an eligible one would get its cells now (one
-        that cannot, with the interactive cache full, is no reason to hold background back)."""
+        """An interactive prompt is part-read, or an eligible one would be admitted now. One that
+        would not (its cache full, or the readers at their pace) is no reason to hold background
+        back or to size the step for it."""
         if any(self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
             return True
-        pool = self.interactive_kv
         decoding = sum(1 for r in self.running if r.is_decoding and self.policies[r.lane].interactive)
-        return any(queue and self.policies[lane].interactive
-                   and (queue[0].arrival_time <= self._lane_cutoff(lane, now) or queue[0].num_preemptions)
-                   and pool.can_admit(queue[0].num_tokens, decoding)
-                   for lane, queue in self.waiting.items())
-
-    def _interactive_prefill_pending(self, now: float) -> bool:
-        if any(self.policies[r.lane].interactive and not r.is_decoding for r in self.running):
-            return True
-        return any(queue and self.policies[lane].interactive
-                   and (queue[0].arrival_time <= self._lane_cutoff(lane, now) or queue[0].num_preemptions)
-                   for lane, queue in self.waiting.items())
+        for lane, queue in self.waiting.items():
+            if not queue or not self.policies[lane].interactive:
+                continue
+            head = queue[0]
+            if not (head.arrival_time <= self._lane_cutoff(lane, now) or head.num_preemptions):
+                continue
+            if self.split and not self.interactive_kv.can_admit(head.num_tokens, decoding):
+                continue  # without a cache of its own, it may take background cells
+            if self._readers_keep_pace(head):
+                return True
+        return False
 
     def _fill(self, plan: StepPlan, now: float, *, interactive: bool, budget: int) -> int:
         """Give prefill chunks (and embedding inputs) of one class by fair share; tokens used."""
@@ -464,6 +512,9 @@ class Scheduler:
         interactive = self.policies[request.lane].interactive
         if request.num_tokens >= self._failed_need[interactive]:
             return False  # a smaller request of this class already could not get in this step
+        if interactive and not self._readers_keep_pace(request):
+            self._failed_need[interactive] = request.num_tokens
+            return False
         while not self._fits(request.num_tokens, interactive):
             if not interactive or self.split or not self._preempt_background():
                 self._failed_need[interactive] = request.num_tokens
@@ -474,6 +525,37 @@ class Scheduler:
         request.admitted_time = request.admitted_time or self._now
         self.running.append(request)
         return True
+
+    def _readers_keep_pace(self, request: Request) -> bool:
+        """Admitting one more interactive sequence keeps the readers' decode step within the aim
+        once every interactive sequence, the new one too, has reached its typical length.
+
+        Costing them at their length now would let a burst of young chats in that, as they
+        grow, slow every reader past its inter-token target (attention runs each token over
+        every cell of its cache) and past the batch size where throughput peaks. A lane whose
+        priority beats every running reader's (voice among chats) is always let in."""
+        readers = [r for r in self.running if self.policies[r.lane].interactive]
+        if not readers or self.policies[request.lane].priority < min(self.policies[r.lane].priority for r in readers):
+            return True
+        target = min(self.policies[r.lane].itl_target_ms for r in [*readers, request])
+        cells = sum(self._typical_cells(r) for r in [*readers, request])
+        n = len(readers) + 1
+        background = [r for r in self.running if not self.policies[r.lane].interactive and r.is_decoding]
+        if self.split:  # background decodes in their own cache, with a decode call of their own
+            shape = StepShape(1, n, n * cells / 1000.0, n)
+            if background:
+                bg_cells = sum(r.num_computed_tokens for r in self.running if not self.policies[r.lane].interactive)
+                shape = shape.plus(StepShape(1, len(background), len(background) * bg_cells / 1000.0, len(background)))
+        else:
+            n += len(background)
+            cells += sum(r.num_tokens for r in background)
+            shape = StepShape(1, n, n * cells / 1000.0, n)
+        return self.cost.predict_ms(shape) <= READERS_AIM * target
+
+    def _typical_cells(self, request: Request) -> int:
+        """The cells a generating sequence holds at its lane's typical output length (or its own cap)."""
+        typical = min(self._typical_output[request.lane], request.max_tokens)
+        return max(request.num_tokens, int(request.num_prompt_tokens + typical))
 
     def _fits(self, num_cells: int, interactive: bool) -> bool:
         """A free sequence id and cells for it, leaving a cell per decoding sequence for the next step."""
@@ -562,6 +644,9 @@ class Scheduler:
             self._pool(request).release(request.seq_id)
             self._release.append(request.seq_id)
             request.seq_id = None
+        if request.kind is Kind.GENERATE and reason in ("stop", "length"):
+            typical = self._typical_output[request.lane]
+            self._typical_output[request.lane] = 0.8 * typical + 0.2 * len(request.output_tokens)
         request.status = Status.FINISHED
         request.finish_reason = reason
         request.finish_time = now if now is not None else self._now

@@ -17,7 +17,7 @@ from tests.conftest import small_config
 GROUP_FIELDS = {"requests", "succeeded", "success_rate", "ttft_ms", "itl_ms", "e2e_ms", "throughput_req_s",
                 "throughput_tok_s", "goodput_req_s", "preemptions"}
 RUN_FIELDS = {"makespan_s", "overall", "lanes", "max_active_sequences", "token_budget", "kv_cells", "preemptions",
-              "step_cost_model_ms"}
+              "step_cost_model_ms", "backlogged_tok_s"}
 
 
 def check_report(out, name: str, policies, lanes: set[str], require_success: bool = True,
@@ -51,8 +51,21 @@ def bench(runner, tmp_path):
 def test_continuous_all_policies_real_model(bench, tmp_path):
     suite.continuous_bench(bench, n=6, mean_output=8)
     doc = check_report(tmp_path, "continuous", POLICIES, {"chat"})
-    assert set(doc["throughput_tok_s"]) == set(POLICIES)
+    assert set(doc["throughput_tok_s"]) == set(doc["backlogged_tok_s"]) == set(POLICIES)
     assert "short" in doc["policies"]["homeai"]["lanes"]["chat"]
+
+
+def test_backlogged_throughput_leaves_out_the_drain():
+    from homeai.bench.driver import RequestRecord
+    from homeai.bench.report import backlogged_tok_s
+    from homeai.bench.workloads import Spec
+
+    def record(admitted, times):
+        return RequestRecord(Spec("r", 0.0, "chat", "m", 4, len(times)), arrival=0.0, admitted=admitted,
+                             token_times=times)
+    # Two requests: the second admitted at 2 s; 4 tokens came by then, the rest in the drain.
+    records = [record(0.0, [0.5, 1.0, 1.5, 2.5, 9.0]), record(2.0, [2.0, 3.0])]
+    assert backlogged_tok_s(records) == 2.0
 
 
 def test_household_all_policies_real_model(bench, tmp_path):

@@ -371,6 +371,32 @@ def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_backgro
     assert sched.kv.num_used_cells == 0 and sched.interactive_kv.num_used_cells == 0
 
 
+def _taught(sched, cost):
+    """The scheduler's cost model, taught a step cost function."""
+    for _ in range(50):
+        for shape in (StepShape(1, 100, 0.0, 1), StepShape(1, 10, 30.0, 5), StepShape(2, 40, 60.0, 2)):
+            sched.cost.observe(shape, cost(shape))
+    return sched
+
+
+def _reader_beside_document(interactive_cells, document_len, document_output=100, cost=None, num_cells=8192,
+                            num_seqs=8, reader_prompt=10, reader_output=500):
+    """A chat reader and a summary, both decoding (under a step cost function, if given)."""
+    sched = create_scheduler(num_cells=num_cells, num_seqs=num_seqs, interactive_cells=interactive_cells)
+    if cost:
+        _taught(sched, cost)
+    runner = FakeRunner(cost=cost)
+    reader = create_request(lane="chat", member="bob", num_prompt=reader_prompt, max_tokens=reader_output)
+    document = create_request(lane="summaries", num_prompt=document_len, max_tokens=document_output)
+    sched.add_request(reader)
+    sched.add_request(document)
+    now = 0.0
+    while not (reader.is_decoding and document.is_decoding):
+        step(sched, runner, now)
+        now += 0.01
+    return sched, runner, now, reader, document
+
+
 def test_a_chat_reads_its_prompt_faster_beside_a_long_document_with_its_own_cache():
     """The point of the second cache: under the same inter-token target, a chat's prompt gets
     more of each step when its tokens do not attend over a 3,000-token document."""
@@ -378,19 +404,7 @@ def test_a_chat_reads_its_prompt_faster_beside_a_long_document_with_its_own_cach
         return 10 * shape.decodes + 3 * shape.tokens + shape.token_kcells + shape.outputs
 
     def chunks(interactive_cells):
-        sched = create_scheduler(num_cells=8192, num_seqs=8, interactive_cells=interactive_cells)
-        runner = FakeRunner(cost=cpu)
-        for _ in range(50):
-            for shape in (StepShape(1, 100, 0.0, 1), StepShape(1, 10, 30.0, 5), StepShape(2, 40, 60.0, 2)):
-                sched.cost.observe(shape, cpu(shape))
-        reader = create_request(lane="chat", member="bob", num_prompt=10, max_tokens=500)
-        document = create_request(lane="summaries", num_prompt=3000, max_tokens=100)
-        sched.add_request(reader)
-        sched.add_request(document)
-        now = 0.0
-        while not (reader.is_decoding and document.is_decoding):
-            step(sched, runner, now)
-            now += 0.01
+        sched, runner, now, _, _ = _reader_beside_document(interactive_cells, 3000, cost=cpu)
         chat = create_request(lane="chat", num_prompt=200, max_tokens=5, arrival=now)
         sched.add_request(chat)
         step(sched, runner, now + 0.01)
@@ -401,16 +415,9 @@ def test_a_chat_reads_its_prompt_faster_beside_a_long_document_with_its_own_cach
 
 
 def test_a_chat_that_cannot_get_cells_does_not_hold_background_decodes_back():
-    sched, runner = create_scheduler(num_cells=1000, num_seqs=4, interactive_cells=100), FakeRunner()
-    reader = create_request(lane="chat", num_prompt=80, max_tokens=15)
-    background = create_request(lane="summaries", num_prompt=50, max_tokens=30)
-    sched.add_request(reader)
-    sched.add_request(background)
-    now = 0.0
-    while not (reader.is_decoding and background.is_decoding):
-        step(sched, runner, now)
-        now += 0.01
-    waiting = create_request(lane="chat", member="bob", num_prompt=60, max_tokens=5, arrival=now)
+    sched, runner, now, reader, background = _reader_beside_document(
+        100, 50, document_output=30, num_cells=1000, num_seqs=4, reader_prompt=80, reader_output=15)
+    waiting = create_request(lane="chat", member="carol", num_prompt=60, max_tokens=5, arrival=now)
     sched.add_request(waiting)  # cannot fit beside the reader: it waits for the reader's cells
     for _ in range(3):
         now += 0.01
@@ -419,3 +426,50 @@ def test_a_chat_that_cannot_get_cells_does_not_hold_background_decodes_back():
         assert background.request_id in {i.request_id for i in plan.items}
     run_until_idle(sched, runner, now)
     assert waiting.finished and background.finished
+
+
+def _cpu(shape):  # a CPU's step: 20 ms a decode call, 3 ms a token, 1 ms a token per thousand cells
+    return 20 * shape.decodes + 3 * shape.tokens + shape.token_kcells + 0.5 * shape.outputs
+
+
+def test_readers_admitted_at_once_keep_their_pace_as_they_grow():
+    """A burst of chats: each is let in only while every reader, costed at the lane's typical
+    output length, still decodes within the aim. Costing them at their length now lets in
+    young chats that, grown, slow every reader past its inter-token target."""
+    sched = _taught(create_scheduler(num_cells=8192, num_seqs=32, interactive_cells=8192), _cpu)
+    runner = FakeRunner(cost=_cpu)
+    target = sched.policies["chat"].itl_target_ms
+    for i in range(40):  # a first wave teaches the lane its typical length (~100 tokens)
+        sched.add_request(create_request(lane="chat", member=f"m{i % 4}", num_prompt=30, max_tokens=100))
+    now = run_until_idle(sched, runner)
+    assert 90 < sched._typical_output["chat"] <= 100
+    burst = [create_request(lane="chat", member=f"m{i % 4}", num_prompt=30, max_tokens=100, arrival=now)
+             for i in range(30)]
+    for r in burst:
+        sched.add_request(r)
+    most = 0
+    while sched.has_work():
+        reading = [r for r in sched.running if r.is_decoding]
+        plan, _ = step(sched, runner, now)
+        now += 0.05
+        most = max(most, len(sched.running))
+        if reading:  # every step a reader waits for
+            assert _cpu(plan.shape) <= target, (len(reading), _cpu(plan.shape))
+    assert all(r.finished for r in burst) and 3 < most < 30
+
+
+def test_a_chat_read_beside_a_decoding_summary_does_not_pay_its_decode_call_every_step():
+    """While a chat's prompt is read, the summary's decodes (a second decode call, in its own
+    cache) come back as background's minimum share is owed, the call's fixed cost counted:
+    not in every step, and not never."""
+    sched, runner, now, _, document = _reader_beside_document(2048, 500, document_output=400, cost=_cpu)
+    chat = create_request(lane="chat", num_prompt=400, max_tokens=5, arrival=now)
+    sched.add_request(chat)
+    steps = with_document = 0
+    while not chat.is_decoding:
+        now += 0.01
+        plan, _ = step(sched, runner, now)
+        steps += 1
+        with_document += document.request_id in {i.request_id for i in plan.items}
+        assert _cpu(plan.shape) <= sched.policies["chat"].itl_target_ms
+    assert steps > 20 and 0 < with_document <= steps / 3, (with_document, steps)
