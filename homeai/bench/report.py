@@ -72,11 +72,12 @@ def backlogged_tok_s(records: list[RequestRecord]) -> float | None:
     it leaves out the drain at the end, which a few long requests set (when the longest one
     happened to start decides it, whatever the policy)."""
     admitted = [r.admitted for r in records if r.admitted is not None]
-    if not admitted:
+    finished = [r.finish for r in records if r.finish is not None]
+    if not admitted or not finished:
         return None
     start, end = min(r.arrival for r in records), max(admitted)
-    if end - start <= 0:
-        return None
+    if end - start < 0.1 * (max(finished) - start):
+        return None  # everything was admitted at once (fifo with room for all): no backlog to measure
     tokens = sum(1 for r in records for t in r.token_times if t <= end)
     return round(tokens / (end - start), 2)
 
@@ -115,7 +116,7 @@ def markdown(report: dict) -> str:
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, m in report["policies"].items():
         o = m["overall"]
-        lines.append(f"| {name} | {m['makespan_s']} | {o['throughput_tok_s']} | {m['backlogged_tok_s']} | {o['throughput_req_s']} | "
+        lines.append(f"| {name} | {m['makespan_s']} | {o['throughput_tok_s']} | {m['backlogged_tok_s'] or '-'} | {o['throughput_req_s']} | "
                      f"{sum(l['all']['goodput_req_s'] for l in m['lanes'].values()):.3f} | {o['success_rate']} | "
                      f"{m['max_active_sequences']} | {m['token_budget']['mean_step_tokens']} | "
                      f"{m['kv_cells']['peak_used']}/{m['kv_cells']['total']} | {m['preemptions']} |")

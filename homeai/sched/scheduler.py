@@ -31,6 +31,7 @@ import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.fairshare import FairShare
@@ -75,6 +76,15 @@ class SchedulerLimits:
     # A lane's typical output length until its own finished requests teach the scheduler better:
     # admission costs readers at their typical length, not at the length they have now.
     typical_output: int = 64
+
+
+class _Readers(NamedTuple):
+    n: int  # interactive sequences running
+    priority: int  # the best (lowest) priority among them
+    target: float  # the tightest inter-token target among them (ms)
+    cells: int  # their cells at their typical length
+    background: int  # background sequences decoding
+    background_cells: int  # the cells background holds
 
 
 @dataclass(frozen=True)
@@ -159,6 +169,7 @@ class Scheduler:
         self._failed_need = {True: math.inf, False: math.inf}  # per class, the smallest refused admission
         self._cutoffs: dict[str, float] = {}  # per lane, the arrival time eligible this step
         self._typical_output = {name: float(limits.typical_output) for name in policies}  # learnt per lane
+        self._readers_now: _Readers | None = None  # admission's view of the running set, this step
 
     # ---- requests in and out -------------------------------------------------------
 
@@ -206,6 +217,7 @@ class Scheduler:
 
     def schedule(self, now: float) -> StepPlan:
         self._now = now
+        self._readers_now = None
         plan = self._plan = StepPlan(step_id=next(self._steps))
         self.fair.set_backlogged({r.key for r in self.requests.values()})
         decoding = sorted((r for r in self.running if r.is_decoding),
@@ -297,7 +309,7 @@ class Scheduler:
         limits = self.limits
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if self.policies[r.lane].interactive]
         aim = self._aim = STEP_AIM * min(targets) if targets else 0.9 * limits.max_step_ms
-        base = self._shape([self._item(r, 1) for r in decoding], [])
+        base = self._decode_shape()
         # Prefill goes first to interactive lanes: cost it in their cache when they have their own.
         prompt = self._interactive_prompt_can_go(now)
         to = self.split and prompt
@@ -344,6 +356,14 @@ class Scheduler:
     def _uses(self, plan: StepPlan, interactive: bool) -> bool:
         """The step already makes a decode call in this class's cache."""
         return any(self.policies[self.requests[i.request_id].lane].interactive == interactive for i in plan.items)
+
+    def _decode_shape(self) -> StepShape:
+        """The shape of this step's decodes alone (what `_shape` gives for them, without the items)."""
+        classes = (True, False) if self.split else (False,)
+        n = {c: self._num_decoding[c] for c in classes}
+        total = sum(n.values())
+        kcells = sum(n[c] * self._cells[c] for c in classes) / 1000.0
+        return StepShape(sum(1 for c in classes if n[c]), total, kcells, total)
 
     def _shape(self, items: list[ScheduledItem], embed_items: list[ScheduledItem]) -> StepShape:
         """The cost model's view of a step: one decode call per cache used, and each token
@@ -524,6 +544,7 @@ class Scheduler:
         request.status = Status.RUNNING
         request.admitted_time = request.admitted_time or self._now
         self.running.append(request)
+        self._readers_now = None
         return True
 
     def _readers_keep_pace(self, request: Request) -> bool:
@@ -534,23 +555,32 @@ class Scheduler:
         grow, slow every reader past its inter-token target (attention runs each token over
         every cell of its cache) and past the batch size where throughput peaks. A lane whose
         priority beats every running reader's (voice among chats) is always let in."""
-        readers = [r for r in self.running if self.policies[r.lane].interactive]
-        if not readers or self.policies[request.lane].priority < min(self.policies[r.lane].priority for r in readers):
+        readers = self._readers()
+        if not readers.n or self.policies[request.lane].priority < readers.priority:
             return True
-        target = min(self.policies[r.lane].itl_target_ms for r in [*readers, request])
-        cells = sum(self._typical_cells(r) for r in [*readers, request])
-        n = len(readers) + 1
-        background = [r for r in self.running if not self.policies[r.lane].interactive and r.is_decoding]
+        target = min(readers.target, self.policies[request.lane].itl_target_ms)
+        n, cells = readers.n + 1, readers.cells + self._typical_cells(request)
         if self.split:  # background decodes in their own cache, with a decode call of their own
             shape = StepShape(1, n, n * cells / 1000.0, n)
-            if background:
-                bg_cells = sum(r.num_computed_tokens for r in self.running if not self.policies[r.lane].interactive)
-                shape = shape.plus(StepShape(1, len(background), len(background) * bg_cells / 1000.0, len(background)))
+            if readers.background:
+                shape = shape.plus(StepShape(1, readers.background, readers.background * readers.background_cells / 1000.0,
+                                             readers.background))
         else:
-            n += len(background)
-            cells += sum(r.num_tokens for r in background)
+            n, cells = n + readers.background, cells + readers.background_cells
             shape = StepShape(1, n, n * cells / 1000.0, n)
         return self.cost.predict_ms(shape) <= READERS_AIM * target
+
+    def _readers(self) -> "_Readers":
+        """The running interactive sequences as admission costs them (kept until the running set changes)."""
+        if self._readers_now is None:
+            readers = [r for r in self.running if self.policies[r.lane].interactive]
+            background = [r for r in self.running if not self.policies[r.lane].interactive]
+            self._readers_now = _Readers(
+                len(readers), min((self.policies[r.lane].priority for r in readers), default=0),
+                min((self.policies[r.lane].itl_target_ms for r in readers), default=math.inf),
+                sum(self._typical_cells(r) for r in readers), sum(1 for r in background if r.is_decoding),
+                sum(r.num_computed_tokens if self.split else r.num_tokens for r in background))
+        return self._readers_now
 
     def _typical_cells(self, request: Request) -> int:
         """The cells a generating sequence holds at its lane's typical output length (or its own cap)."""
@@ -623,6 +653,7 @@ class Scheduler:
     def _preempt(self, request: Request) -> None:
         """Drop a request's KV and requeue it at the head of its lane, keeping its output."""
         self.running.remove(request)
+        self._readers_now = None
         self._pool(request).release(request.seq_id)
         self._release.append(request.seq_id)
         if self._plan is not None:  # preempted while this step is being planned: drop its tokens
@@ -641,6 +672,7 @@ class Scheduler:
             request.seq_id = None
         elif request.status is Status.RUNNING and request.seq_id is not None:
             self.running.remove(request)
+            self._readers_now = None
             self._pool(request).release(request.seq_id)
             self._release.append(request.seq_id)
             request.seq_id = None

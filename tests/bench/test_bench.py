@@ -65,7 +65,11 @@ def test_backlogged_throughput_leaves_out_the_drain():
                              token_times=times)
     # Two requests: the second admitted at 2 s; 4 tokens came by then, the rest in the drain.
     records = [record(0.0, [0.5, 1.0, 1.5, 2.5, 9.0]), record(2.0, [2.0, 3.0])]
+    for r in records:
+        r.finish = r.token_times[-1]
     assert backlogged_tok_s(records) == 2.0
+    records[1].admitted = 0.5  # all admitted within the run's first tenth: no backlog to measure
+    assert backlogged_tok_s(records) is None
 
 
 def test_household_all_policies_real_model(bench, tmp_path):
