@@ -473,3 +473,23 @@ def test_a_chat_read_beside_a_decoding_summary_does_not_pay_its_decode_call_ever
         with_document += document.request_id in {i.request_id for i in plan.items}
         assert _cpu(plan.shape) <= sched.policies["chat"].itl_target_ms
     assert steps > 20 and 0 < with_document <= steps / 3, (with_document, steps)
+
+
+def test_a_voice_question_is_let_in_beside_chats_at_their_pace():
+    """Chats at their reading pace keep a new chat waiting, but not a voice question: its lane
+    beats every reader's priority."""
+    sched = _taught(create_scheduler(num_cells=8192, num_seqs=32, interactive_cells=8192), _cpu)
+    runner = FakeRunner(cost=_cpu)
+    for i in range(30):
+        sched.add_request(create_request(lane="chat", member=f"m{i % 4}", num_prompt=30, max_tokens=300))
+    now = 0.0
+    while sched.num_waiting("chat") == 30 or any(not r.is_decoding for r in sched.running):
+        step(sched, runner, now)
+        now += 0.05
+    assert 0 < sched.num_waiting("chat") < 30, "the chats' pace holds some of them back"
+    voice = create_request(lane="voice", member="kitchen", num_prompt=40, max_tokens=20, arrival=now)
+    sched.add_request(voice)
+    for _ in range(3):
+        now += 0.05
+        step(sched, runner, now)
+    assert voice.status is Status.RUNNING and voice.num_computed_tokens > 0
