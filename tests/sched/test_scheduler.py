@@ -493,3 +493,15 @@ def test_a_voice_question_is_let_in_beside_chats_at_their_pace():
         now += 0.05
         step(sched, runner, now)
     assert voice.status is Status.RUNNING and voice.num_computed_tokens > 0
+
+
+@pytest.mark.parametrize("interactive_cells", [0, 2048])
+def test_the_decode_shape_is_what_the_decode_items_cost(interactive_cells):
+    sched, runner, now, _, _ = _reader_beside_document(interactive_cells, 300, cost=_cpu)
+    sched.add_request(create_request(lane="chat", member="carol", num_prompt=40, max_tokens=50, arrival=now))
+    for _ in range(5):
+        now += 0.01
+        decoding = [r for r in sched.running if r.is_decoding]
+        plan, _ = step(sched, runner, now)
+        items = [i for i in plan.items if i.request_id in {r.request_id for r in decoding}]
+        assert sched._decode_shape() == sched._shape(items, [])
