@@ -1,5 +1,6 @@
 """`GET /api/lanes`: each lane's policy and live state (queued, running, rejected, TTFT/ITL
-p50/p95 over the recent window), and the KV cache's use. A lane served by a remote server
+p50/p95 over the recent window, the typical answer length that admission costs its readers
+at), and the KV cache's use. A lane served by a remote server
 also shows `remote`: its URL, requests waiting here and in flight there, failures, fallbacks."""
 
 from __future__ import annotations

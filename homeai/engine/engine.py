@@ -398,6 +398,7 @@ class Engine:
                 running[request.lane] += 1
             lanes = {name: {"policy": _policy_dict(policy), "queued": sched.num_waiting(name),
                             "running": running[name], "rejected": self.counters["rejected"][name],
+                            "typical_output_tokens": round(sched.typical_output(name), 1),
                             **self.windows[name].summary()}
                      for name, policy in self.policies.items()}
             caches = {"main": _cache_dict(sched.kv, sched.limits.num_seqs)}

@@ -205,6 +205,10 @@ class Scheduler:
         return (any(self.policies[r.lane].interactive for r in self.running)
                 or any(q for lane, q in self.waiting.items() if self.policies[lane].interactive))
 
+    def typical_output(self, lane: str) -> float:
+        """The lane's typical output length, as admission costs its readers (learnt from finished requests)."""
+        return self._typical_output[lane]
+
     def num_waiting(self, lane: str) -> int:
         return len(self.waiting[lane])
 
