@@ -37,22 +37,25 @@ class StepShape(NamedTuple):
 
 
 class StepCostModel:
-    def __init__(self, prior: tuple[float, ...] = PRIOR, decay: float = 0.97, prior_weight: float = 2.0):
-        self.decay = decay
-        self.prior = prior
+    def __init__(self, prior: tuple[float, ...] = PRIOR, decay: float = 0.99, prior_weight: float = 2.0):
+        self.decay = decay  # about the last 100 steps: a drain of a few long answers, every step the
+        self.prior = prior  # same shape, must not wash out what the varied steps before it taught
         n = len(prior)
         self.xx = [[0.0] * n for _ in range(n)]  # decayed sums of x x^T and x y over observed steps
         self.xy = [0.0] * n
         # The prior: steps of typical shapes costed by the prior coefficients, never decayed,
-        # so a feature the steps have not yet varied keeps its prior value.
+        # so a feature the steps have not yet varied keeps its prior value. Each counts as a
+        # step of unit size: weighted by their size, the prior's large shapes outweighed many
+        # small real steps, holding a slow machine's token cost (or a GPU's) near the prior's.
         self._ridge = [[0.0] * n for _ in range(n)]
         self._ridge_y = [0.0] * n
         for x in ((1, 1, 0, 1), (1, 64, 0, 1), (1, 64, 128, 1), (1, 16, 16, 16)):
             y = sum(p * xi for p, xi in zip(prior, x))
+            w = prior_weight / 4 / sum(xi * xi for xi in x)  # unit length: see above
             for i in range(n):
-                self._ridge_y[i] += prior_weight / 4 * x[i] * y
+                self._ridge_y[i] += w * x[i] * y
                 for j in range(n):
-                    self._ridge[i][j] += prior_weight / 4 * x[i] * x[j]
+                    self._ridge[i][j] += w * x[i] * x[j]
         self._coef: tuple[float, ...] | None = None
 
     def observe(self, x: StepShape, elapsed_ms: float) -> None:
