@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         w.add_argument("--out", default="bench-out", help="folder for the JSON, Markdown and PNG files")
         w.add_argument("--seed", type=int, default=0)
         w.add_argument("--simulate", nargs="?", const="cpu-smollm2", metavar="PROFILE",
-                       help="no model: a step-cost profile (cpu-smollm2, gpu-consumer-8b) or a report JSON to fit from")
+                       help="no model: a step-cost profile (cpu-smollm2, gpu-consumer-8b, cpu-desktop-8b) or a report JSON to fit from")
         w.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
         w.add_argument("--n", type=int, default=32, help="continuous: number of requests")
         w.add_argument("--mean-output", type=int, default=128, help="continuous: mean output length")

@@ -30,6 +30,7 @@ BACKGROUND = {"summaries", "indexing", "embeddings"}
 PROFILES = {
     "cpu-smollm2": (11.0, 3.4, 1.2, 1.0),  # SmolLM2-135M Q4_1 on 2 CPU threads, fitted here
     "gpu-consumer-8b": (12.0, 0.12, 0.01, 0.05),  # an 8B Q4 model on a 24 GB consumer GPU (about 8k tok/s prefill)
+    "cpu-desktop-8b": (85.0, 12.0, 1.5, 1.0),  # an 8B Q4 model on an 8-core desktop CPU (about 10 tok/s alone)
 }
 
 

@@ -47,6 +47,10 @@ from lanes.base import LanePolicy
 # the aim reads new prompts.
 STEP_AIM = 0.8
 READERS_AIM = 0.7
+# On a machine too slow for that target (a large model on a CPU: one reader's decode alone
+# takes most of it), readers share the steps anyway rather than wait for each other to
+# finish: each is held to no slower than SHARED_PACE times the step one reader takes alone.
+SHARED_PACE = 2.0
 
 
 class QueueFull(Exception):
@@ -312,7 +316,8 @@ class Scheduler:
         waits for a sequence to finish. Otherwise the step grows to `max_step_ms` for throughput."""
         limits = self.limits
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if self.policies[r.lane].interactive]
-        aim = self._aim = STEP_AIM * min(targets) if targets else 0.9 * limits.max_step_ms
+        pace = self._pace(min(targets)) if targets else 0.0
+        aim = self._aim = STEP_AIM * pace if targets else 0.9 * limits.max_step_ms
         base = self._decode_shape()
         # Prefill goes first to interactive lanes: cost it in their cache when they have their own.
         prompt = self._interactive_prompt_can_go(now)
@@ -323,7 +328,7 @@ class Scheduler:
             self._min_chunk = 1
             # A prompt that was let in is read by at least a token a step while decoding alone
             # stays under the target (admission left the readers room for it, see `_readers_keep_pace`).
-            room = self.cost.predict_ms(base) < min(targets)
+            room = self.cost.predict_ms(base) < pace
             floor = len(decoding) + (1 if room and prompt else 0)
         else:
             self._min_chunk = limits.min_chunk
@@ -562,7 +567,7 @@ class Scheduler:
         readers = self._readers()
         if not readers.n or self.policies[request.lane].priority < readers.priority:
             return True
-        target = min(readers.target, self.policies[request.lane].itl_target_ms)
+        target = self._pace(min(readers.target, self.policies[request.lane].itl_target_ms))
         n, cells = readers.n + 1, readers.cells + self._typical_cells(request)
         if self.split:  # background decodes in their own cache, with a decode call of their own
             shape = StepShape(1, n, n * cells / 1000.0, n)
@@ -573,6 +578,12 @@ class Scheduler:
             n, cells = n + readers.background, cells + readers.background_cells
             shape = StepShape(1, n, n * cells / 1000.0, n)
         return self.cost.predict_ms(shape) <= READERS_AIM * target
+
+    def _pace(self, target_ms: float) -> float:
+        """The inter-token time readers are held to: their lane's target, or on a machine too
+        slow for it, what lets them share the steps at SHARED_PACE of a lone reader's step."""
+        lone = self.cost.predict_ms(StepShape(1, 1, 0.0, 1))
+        return max(target_ms, SHARED_PACE * lone / READERS_AIM)
 
     def _readers(self) -> "_Readers":
         """The running interactive sequences as admission costs them (kept until the running set changes)."""

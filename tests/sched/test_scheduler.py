@@ -6,7 +6,7 @@ import pytest
 
 from homeai.sched.costmodel import StepShape
 from homeai.sched.request import Kind, Status
-from homeai.sched.scheduler import QueueFull
+from homeai.sched.scheduler import READERS_AIM, SHARED_PACE, STEP_AIM, QueueFull
 from tests.sched.helpers import (FakeRunner, create_request, create_scheduler, run_until_idle, step,
                                  token_for)
 
@@ -374,7 +374,7 @@ def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_backgro
 def _taught(sched, cost):
     """The scheduler's cost model, taught a step cost function."""
     for _ in range(50):
-        for shape in (StepShape(1, 100, 0.0, 1), StepShape(1, 10, 30.0, 5), StepShape(2, 40, 60.0, 2)):
+        for shape in (StepShape(1, 100, 0.0, 1), StepShape(1, 10, 30.0, 5), StepShape(2, 40, 60.0, 2), StepShape(1, 8, 2.0, 8)):
             sched.cost.observe(shape, cost(shape))
     return sched
 
@@ -456,6 +456,32 @@ def test_readers_admitted_at_once_keep_their_pace_as_they_grow():
         if reading:  # every step a reader waits for
             assert _cpu(plan.shape) <= target, (len(reading), _cpu(plan.shape))
     assert all(r.finished for r in burst) and 3 < most < 30
+
+
+def _slow_cpu(shape):  # a large model on a CPU: the weights' pass alone is most of the chat's target
+    return 85 * shape.decodes + 12 * shape.tokens + 1.5 * shape.token_kcells + shape.outputs
+
+
+def test_on_a_machine_too_slow_for_the_reading_pace_chats_share_the_steps():
+    """Where one reader's decode alone takes most of the inter-token target, readers are still
+    let in together, each held to SHARED_PACE times a lone reader's step, rather than each
+    waiting for the one before it to finish (which is a one-at-a-time server)."""
+    sched = _taught(create_scheduler(num_cells=8192, num_seqs=32, interactive_cells=8192), _slow_cpu)
+    runner = FakeRunner(cost=_slow_cpu)
+    lone = _slow_cpu(StepShape(1, 1, 0.0, 1))
+    assert lone > READERS_AIM * sched.policies["chat"].itl_target_ms  # the target cannot be kept
+    chats = [create_request(lane="chat", member=f"m{i}", num_prompt=30, max_tokens=60) for i in range(12)]
+    for r in chats:
+        sched.add_request(r)
+    now, most = 0.0, 0
+    while sched.has_work():
+        reading = [r for r in sched.running if r.is_decoding]
+        plan, _ = step(sched, runner, now)
+        now += 0.2
+        most = max(most, len(reading))
+        if reading:
+            assert _slow_cpu(plan.shape) <= STEP_AIM / READERS_AIM * SHARED_PACE * lone * 1.05
+    assert all(r.finished for r in chats) and 3 < most < 12, most
 
 
 def test_a_chat_read_beside_a_decoding_summary_does_not_pay_its_decode_call_every_step():
