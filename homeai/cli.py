@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     voice = bsub.add_parser("voice", help="end of speech to first answer token over /v1/voice, idle and loaded")
     voice.add_argument("--n", type=int, default=10, help="questions per phase")
     voice.add_argument("--out", default="bench-out", help="folder for voice.json and voice.md")
+    rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
+    rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
+    rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
+    rmodel.add_argument("--type", default="q8_0", help="weight type: q4_0, q8_0, f16")
     workloads = []
     for name, help_text in (("continuous", "static vs continuous batching: N requests, exponential outputs"),
                             ("household", "chats and voice while documents are summarised and embedded"),
@@ -90,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, voice, add, token, revoke, *workloads):
+    for p in (serve, doctor, members, bench, engine, voice, rmodel, add, token, revoke, *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -164,6 +168,17 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
             engine.stop()
             runner.close()
         print(report(rows, planning_cost()))
+        return 0
+    if args.workload == "model":
+        from homeai.bench.random_model import write
+
+        try:
+            size = write(Path(args.out), args.shape, args.type)
+        except (RuntimeError, ValueError) as e:
+            print(f"homeai: {e}", file=sys.stderr)
+            return 2
+        print(f"{args.out}: {size / 1e6:.0f} MB, random weights in the {args.shape} shape ({args.type});"
+              f" set model.path to it to benchmark it")
         return 0
     if args.workload == "voice":
         from homeai.bench.voice_bench import run
