@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -57,7 +58,7 @@ class Bench:
         doc = {
             "workload": name, "params": workload.params, "simulated": self.simulated,
             "cost_profile": f"{self.profile} {load_profile(self.profile)}" if self.simulated else None,
-            "command": "homeai bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "homeai bench",
+            "command": "homeai " + shlex.join(sys.argv[1:]) if "bench" in sys.argv[1:] else "homeai bench",
             "machine": _machine(self.runner),
             "limits": self.limits.__dict__, "policies": {p: report.run_metrics(r) for p, r in results.items()},
             "findings": findings, "plots": [p.name for p in plot_paths], **(extra or {}),
@@ -78,7 +79,7 @@ def load_profile(profile: str) -> tuple[float, ...]:
 def _machine(runner) -> str:
     cores = os.cpu_count()
     info = getattr(runner, "info", None)
-    model = f"{info.description}, " if info else ""
+    model = f"{info.description} ({Path(info.path).name}, {info.size_bytes / 1e6:.0f} MB), " if info else ""
     return f"{model}{platform.processor() or platform.machine()}, {cores} cores"
 
 
