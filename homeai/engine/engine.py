@@ -399,6 +399,7 @@ class Engine:
             lanes = {name: {"policy": _policy_dict(policy), "queued": sched.num_waiting(name),
                             "running": running[name], "rejected": self.counters["rejected"][name],
                             "typical_output_tokens": round(sched.typical_output(name), 1),
+                            "reading_pace_ms": _rounded(sched.reading_pace(name)),
                             **self.windows[name].summary()}
                      for name, policy in self.policies.items()}
             caches = {"main": _cache_dict(sched.kv, sched.limits.num_seqs)}
@@ -408,6 +409,10 @@ class Engine:
             kv["caches"] = caches
             return {"lanes": lanes, "kv": kv, "steps": self.counters["steps"],
                     "step_cost_ms": costmodel.named(sched.cost.coefficients)}
+
+
+def _rounded(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 1)
 
 
 def _cache_dict(kv, num_seqs: int) -> dict:

@@ -213,6 +213,12 @@ class Scheduler:
         """The lane's typical output length, as admission costs its readers (learnt from finished requests)."""
         return self._typical_output[lane]
 
+    def reading_pace(self, lane: str) -> float | None:
+        """The inter-token time an interactive lane's readers are held to on this machine: its
+        target, or more where one reader's step alone takes most of it (None for background)."""
+        policy = self.policies[lane]
+        return self._pace(policy.itl_target_ms) if policy.interactive else None
+
     def num_waiting(self, lane: str) -> int:
         return len(self.waiting[lane])
 

@@ -91,6 +91,9 @@ def test_a_few_hundred_concurrent_requests_are_answered_or_refused_and_memory_co
             assert snapshot["kv"]["cells_used"] == 0 and snapshot["kv"]["seqs_used"] == 0
             assert snapshot["lanes"]["chat"]["rejected"] > 0 or snapshot["lanes"]["summaries"]["rejected"] > 0
             assert snapshot["lanes"]["chat"]["typical_output_tokens"] < 10  # learnt from answers of 2 tokens
+            chat = snapshot["lanes"]["chat"]  # held to its target, or more on a box too slow for it
+            assert chat["reading_pace_ms"] >= chat["policy"]["itl_target_ms"] > 0
+            assert snapshot["lanes"]["summaries"]["reading_pace_ms"] is None
         warm_up(served.url)  # the same small work as before the load
         rss_after = served.rss_kib()
         assert rss_after <= rss_before + RSS_SLACK_KIB, (rss_before, rss_after)

@@ -439,6 +439,7 @@ def test_readers_admitted_at_once_keep_their_pace_as_they_grow():
     sched = _taught(create_scheduler(num_cells=8192, num_seqs=32, interactive_cells=8192), _cpu)
     runner = FakeRunner(cost=_cpu)
     target = sched.policies["chat"].itl_target_ms
+    assert sched.reading_pace("chat") == target  # a lone reader's step is well within it
     for i in range(40):  # a first wave teaches the lane its typical length (~100 tokens)
         sched.add_request(create_request(lane="chat", member=f"m{i % 4}", num_prompt=30, max_tokens=100))
     now = run_until_idle(sched, runner)
@@ -470,6 +471,8 @@ def test_on_a_machine_too_slow_for_the_reading_pace_chats_share_the_steps():
     runner = FakeRunner(cost=_slow_cpu)
     lone = _slow_cpu(StepShape(1, 1, 0.0, 1))
     assert lone > READERS_AIM * sched.policies["chat"].itl_target_ms  # the target cannot be kept
+    assert sched.reading_pace("chat") == pytest.approx(SHARED_PACE * lone / READERS_AIM, rel=0.15)
+    assert sched.reading_pace("summaries") is None
     chats = [create_request(lane="chat", member=f"m{i}", num_prompt=30, max_tokens=60) for i in range(12)]
     for r in chats:
         sched.add_request(r)
