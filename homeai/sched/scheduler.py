@@ -586,8 +586,9 @@ class Scheduler:
         return self.cost.predict_ms(shape) <= READERS_AIM * target
 
     def _pace(self, target_ms: float) -> float:
-        """The inter-token time readers are held to: their lane's target, or on a machine too
-        slow for it, what lets them share the steps at SHARED_PACE of a lone reader's step."""
+        """The inter-token time readers are held to: their lane's target or, on a machine too
+        slow for it, what lets them share the steps, their decodes taking at most SHARED_PACE
+        times a lone reader's step (admission holds them to READERS_AIM of the pace)."""
         lone = self.cost.predict_ms(StepShape(1, 1, 0.0, 1))
         return max(target_ms, SHARED_PACE * lone / READERS_AIM)
 
