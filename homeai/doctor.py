@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from homeai import __version__
+from homeai import __version__, threads
 from homeai.config import Config
 from homeai.models import embedded_gguf, embedding_model, generation_model
 
@@ -33,7 +33,8 @@ def facts(cfg: Config) -> dict:
     backend = backend_facts()
     out = {"homeai": __version__, "config": cfg.source, "backends": backend["backends"],
            "gpu_offload": backend["gpu_offload"], "n_gpu_layers": cfg.model.n_gpu_layers,
-           "use_extra_bufts": cfg.model.use_extra_bufts, "cpu_features": backend["system_info"]}
+           "use_extra_bufts": cfg.model.use_extra_bufts, "cpu_features": backend["system_info"],
+           "threads": _threads(cfg), "openmp_wait": threads.wait_policy()}
     try:
         model = generation_model(cfg)
         out["model"] = f"{model} ({_size(model)})" + (" [embedded]" if model == embedded_gguf() else "")
@@ -53,6 +54,12 @@ def facts(cfg: Config) -> dict:
     return out
 
 
+def _threads(cfg: Config) -> str:
+    if cfg.model.n_threads:
+        return f"{cfg.model.n_threads} (config)"
+    return f"{threads.default_threads()} (every core but one of {os.cpu_count()})"
+
+
 def _speech_model(cfg: Config) -> str:
     from homeai.speech.stt import SpeechModelError, resolve_model_dir
 
@@ -67,6 +74,7 @@ def render(info: dict) -> str:
     labels = {"homeai": "homeai version", "config": "config file", "backends": "llama.cpp backends",
               "gpu_offload": "GPU offload available", "n_gpu_layers": "layers offloaded (config)",
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
+              "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
               "model": "generation model", "embedding_model": "embedding model",
               "speech_model": "speech model", "data_dir": "data directory", "database": "database",
               "listen": "listens on"}

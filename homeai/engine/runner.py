@@ -27,6 +27,7 @@ import llama_cpp as ll
 import numpy as np
 
 from homeai.config import ModelConfig
+from homeai.threads import default_threads
 from homeai.sched.request import Sample, SamplingParams
 from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
 
@@ -165,7 +166,7 @@ class Runner:
     def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None):
         _init_backend()
         self.cfg = cfg
-        threads = cfg.n_threads or os.cpu_count() or 1
+        threads = cfg.n_threads or default_threads()
         self.model = _load_model(model_path, cfg)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import io
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,21 +25,12 @@ from typing import Callable, TypeVar
 import av
 import numpy as np
 
-# faster-whisper's CTranslate2 carries its own OpenMP runtime, whose threads spin while they
-# wait for work. On a CPU shared with llama.cpp such a team falls apart whenever another thread
-# runs: under background load a 0.3 s transcription sometimes took 2-5 s. The runtime reads
-# OMP_WAIT_POLICY once, as it loads, so it loads passive here (unless the environment already
-# says otherwise). llama.cpp's OpenMP is another library and keeps spinning, as its steps need.
-_policy = os.environ.get("OMP_WAIT_POLICY")
-os.environ["OMP_WAIT_POLICY"] = _policy or "PASSIVE"
-try:
-    from faster_whisper import WhisperModel, decode_audio
-    from faster_whisper.vad import get_vad_model
-finally:
-    if _policy is None:
-        del os.environ["OMP_WAIT_POLICY"]
+# CTranslate2 carries its own OpenMP runtime; its wait policy is set with llama.cpp's, before
+# either loads, in homeai.threads (imported by homeai/__init__.py).
+from faster_whisper import WhisperModel, decode_audio
+from faster_whisper.vad import get_vad_model
 
-from homeai.config import SpeechConfig  # noqa: E402 (after the import above, on purpose)
+from homeai.config import SpeechConfig
 
 SAMPLE_RATE = 16_000  # what Whisper and Silero expect
 MIN_RATE, MAX_RATE = 8_000, 48_000
