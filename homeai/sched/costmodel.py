@@ -10,6 +10,17 @@ cache), and `outputs` the rows whose logits are computed and sampled.
 The fit is exponentially weighted least squares, pulled gently toward a deliberately slow
 prior so the first steps on a slow CPU stay short; on a fast GPU it quickly lets steps grow.
 The scheduler asks it how many tokens fit a time target.
+
+The fit cannot be poisoned by a noisy neighbour. A neighbour (a compile, a transcode) slows
+every step by about the same factor, so the model keeps that factor apart: `contention`, within
+[1, MAX_CONTENTION], believed slowly (a single slow step moves it little) and let go quickly (a
+few steps at the machine's pace bring it back to 1). The machine's own fit learns each step
+divided by it, and robustly: a step still more than SLOW_CLIP times off its prediction either
+way (contention coming or going faster than the factor follows) teaches it nothing. A step far faster than predicted means
+the fit is stale (the prior on a GPU): half of what was learnt is forgotten at once. What was
+learnt fades with time (HALF_LIFE_S) as well as with steps, and every coefficient stays within
+[FLOOR, CEILING]. Predictions are the machine's fit times the contention. The first WARM_STEPS steps, and the first
+after a long idle, are learnt from as they come: the prior is a guess, not a machine.
 """
 
 from __future__ import annotations
@@ -19,6 +30,18 @@ from typing import NamedTuple
 NAMES = ("base", "per_token", "per_token_per_kcell", "per_output")  # a, b, c, d
 PRIOR = (5.0, 3.0, 1.0, 1.0)  # ms
 FLOOR = (0.0, 1e-3, 0.0, 0.0)  # no coefficient goes below this
+# Nor above this: a 70B model on a desktop CPU is within it; a fit beyond it is contention.
+CEILING = (2000.0, 500.0, 100.0, 200.0)
+SLOW_CLIP = 1.5  # a step slower than this many times the fit (after contention) teaches it nothing
+FAST_STEP = 0.5  # a step below this fraction of its prediction makes the fit forget half it knew
+HALF_LIFE_S = 300.0  # what was learnt counts half after this long
+MAX_CONTENTION = 100.0
+# How far one step moves the contention factor toward what it saw (in log terms): slowly, so an
+# odd slow step (a page fault, a GC pause) is not believed; quickly down after a step LEAVING
+# times it or less, so steps run at full size again within a few steps of the neighbour leaving.
+RISE, FALL = 0.05, 0.5
+LEAVING = 0.8
+WARM_STEPS = 20  # the first steps (and the first after a long idle) are all learnt from as they are
 
 
 def named(coefficients: tuple[float, ...]) -> dict[str, float]:
@@ -43,6 +66,9 @@ class StepCostModel:
         n = len(prior)
         self.xx = [[0.0] * n for _ in range(n)]  # decayed sums of x x^T and x y over observed steps
         self.xy = [0.0] * n
+        self._last_seen: float | None = None  # when the last step was observed (s)
+        self.contention = 1.0  # how many times slower than the machine's fit steps run now
+        self._seen = 0.0  # steps learnt from, decayed like the sums
         # The prior: steps of typical shapes costed by the prior coefficients, never decayed,
         # so a feature the steps have not yet varied keeps its prior value. Each counts as a
         # step of unit size: weighted by their size, the prior's large shapes outweighed many
@@ -58,42 +84,76 @@ class StepCostModel:
                     self._ridge[i][j] += w * x[i] * x[j]
         self._coef: tuple[float, ...] | None = None
 
-    def observe(self, x: StepShape, elapsed_ms: float) -> None:
-        d = self.decay
+    def observe(self, x: StepShape, elapsed_ms: float, now: float | None = None) -> None:
+        """Learn from a step that took `elapsed_ms`, observed at `now` (seconds, any clock)."""
+        fitted = max(_dot(self.machine, x), 1.0)
+        y = elapsed_ms
+        if self._seen >= WARM_STEPS:  # until then every step is the machine's (the prior is a guess)
+            self._contend(elapsed_ms / fitted)
+            y = elapsed_ms / self.contention
+            if y > SLOW_CLIP * fitted or (self.contention > 1.0 and y < fitted / SLOW_CLIP):
+                return  # contention coming or going faster than the factor follows: nothing about the machine
+        keep = self.decay * self._fading(now)
+        if y < FAST_STEP * fitted:
+            keep *= 0.5
+        self._seen = self._seen * keep + 1.0
         for i, xi in enumerate(x):
-            self.xy[i] = self.xy[i] * d + xi * elapsed_ms
+            self.xy[i] = self.xy[i] * keep + xi * y
             row = self.xx[i]
             for j, xj in enumerate(x):
-                row[j] = row[j] * d + xi * xj
+                row[j] = row[j] * keep + xi * xj
         self._coef = None
+
+    def _contend(self, ratio: float) -> None:
+        """Follow the steps' slowdown: a step's noise either way moves it alike, a step clearly
+        faster than the contention believed (the neighbour left) brings it down at once."""
+        rate = FALL if ratio < LEAVING * self.contention else RISE
+        moved = self.contention * (ratio / self.contention) ** rate
+        self.contention = min(max(moved, 1.0), MAX_CONTENTION)
+
+    def _fading(self, now: float | None) -> float:
+        """How much of what was learnt still counts, after the time since the last step."""
+        if now is None:
+            return 1.0
+        last, self._last_seen = self._last_seen, now
+        return 1.0 if last is None else 0.5 ** (max(now - last, 0.0) / HALF_LIFE_S)
 
     @property
     def coefficients(self) -> tuple[float, ...]:
-        """(a, b, c, d) in ms; a coefficient the data would make negative is held at its floor."""
+        """(a, b, c, d) in ms as steps cost now: the machine's fit times the contention."""
+        return tuple(c * self.contention for c in self.machine)
+
+    @property
+    def machine(self) -> tuple[float, ...]:
+        """(a, b, c, d) in ms of the machine alone, each held within [FLOOR, CEILING]."""
         if self._coef is None:
             self._coef = self._fit()
         return self._coef
 
     def _fit(self) -> tuple[float, ...]:
+        """Least squares with the coefficients the data would push out of bounds held at the bound."""
         n = len(self.prior)
         free = list(range(n))
-        fixed = {i: FLOOR[i] for i in range(n)}
+        fixed: dict[int, float] = {}
         while True:
             a = [[self.xx[i][j] + self._ridge[i][j] for j in free] for i in free]
             y = [self.xy[i] + self._ridge_y[i] - sum((self.xx[i][k] + self._ridge[i][k]) * v
-                                                     for k, v in fixed.items() if k not in free) for i in free]
+                                                     for k, v in fixed.items()) for i in free]
             sol = _solve(a, y)
-            coef = dict(fixed)
             if sol is None:
                 return self.prior
-            coef.update(zip(free, sol))
-            low = [i for i in free if coef[i] < FLOOR[i]]
-            if not low:
+            coef = {**fixed, **dict(zip(free, sol))}
+            out = {i: FLOOR[i] if coef[i] < FLOOR[i] else CEILING[i] for i in free
+                   if not FLOOR[i] <= coef[i] <= CEILING[i]}
+            if not out:
                 return tuple(coef[i] for i in range(n))
-            free = [i for i in free if i not in low]
+            fixed.update(out)
+            free = [i for i in free if i not in out]
+            if not free:
+                return tuple(fixed[i] for i in range(n))
 
     def predict_ms(self, x: StepShape) -> float:
-        return sum(c * xi for c, xi in zip(self.coefficients, x))
+        return _dot(self.coefficients, x)
 
     def tokens_within(self, target_ms: float, base: StepShape, context_cells: int, new_decode: bool) -> int:
         """The most tokens a step of shape `base` may add within the target, in a context of
@@ -101,6 +161,10 @@ class StepCostModel:
         a, b, c, d = self.coefficients
         left = target_ms - self.predict_ms(base) - (a if new_decode else 0.0)
         return max(int(left / (b + c * context_cells / 1000.0)), 0)
+
+
+def _dot(coefficients: tuple[float, ...], x: StepShape) -> float:
+    return sum(c * xi for c, xi in zip(coefficients, x))
 
 
 def _solve(a: list[list[float]], y: list[float]) -> list[float] | None:
