@@ -174,6 +174,7 @@ class Scheduler:
         self._cutoffs: dict[str, float] = {}  # per lane, the arrival time eligible this step
         self._typical_output = {name: float(limits.typical_output) for name in policies}  # learnt per lane
         self._readers_now: _Readers | None = None  # admission's view of the running set, this step
+        self._overdue: set[str] = set()  # lanes served this step whatever the cost model says
 
     # ---- requests in and out -------------------------------------------------------
 
@@ -239,6 +240,7 @@ class Scheduler:
         decoding = self._decoding_now(decoding, now)
         self._failed_need = {True: math.inf, False: math.inf}
         self._cutoffs = {}
+        self._overdue = self._overdue_lanes(now)
         cells, num_decoding = {True: 0, False: 0}, {True: 0, False: 0}
         for r in self.running:  # per cache: the interactive lanes' own, if split, else one for all
             cells[self.split and self.policies[r.lane].interactive] += r.num_computed_tokens
@@ -282,6 +284,33 @@ class Scheduler:
             return decoding
         self._deferred = len(background)  # owed their share like any backlogged background work
         return [r for r in decoding if self.policies[r.lane].interactive]
+
+    def _overdue_lanes(self, now: float) -> set[str]:
+        """Background lanes whose oldest request has waited for its first token (or embedding)
+        half the lane's TTFT target.
+
+        They get a step's minimum share whatever the cost model predicts: the model learns only
+        from steps that run, so a fit a noisy neighbour made too slow must not stop the steps
+        that would correct it. (Interactive lanes need no such way back: a reader's decode runs
+        every step, and with no reader running a prompt is always let in.)"""
+        late = {r.lane for r in [*self.running, *self.embedding]
+                if not r.is_decoding and r.first_token_time is None and self._waited_too_long(r, now)}
+        late.update(lane for lane, q in self.waiting.items() if q and self._waited_too_long(q[0], now))
+        return {lane for lane in late if not self.policies[lane].interactive}
+
+    def _waited_too_long(self, request: Request, now: float) -> bool:
+        """Half its lane's TTFT target: served from then on, it still makes the target."""
+        return now - request.arrival_time > self.policies[request.lane].ttft_target_ms / 2000.0
+
+    def _share_tokens(self) -> int:
+        """A step's minimum share, in tokens: what an overdue lane gets whatever the cost model says."""
+        return max(self.limits.min_chunk, math.ceil(self.limits.background_min_share * self.limits.max_step_tokens))
+
+    def _way_back(self) -> int:
+        """Tokens a step carries beyond its decodes whatever the cost model predicts: a minimum
+        share while a background lane is overdue, and background's credit once it is owed."""
+        owed = self.limits.min_chunk if self._bg_credit >= self.limits.min_chunk else 0
+        return max(self._share_tokens() if self._overdue else 0, owed)
 
     def _background_reserve(self, usable: int | None, left: int) -> int:
         """Tokens of this step kept for background work: what it is owed of its minimum share
@@ -339,6 +368,7 @@ class Scheduler:
         else:
             self._min_chunk = limits.min_chunk
             floor = len(decoding) + limits.min_chunk
+        floor = max(floor, len(decoding) + self._way_back())
         budget = max(min(tokens, limits.max_step_tokens), floor)
         return min(max(int(budget * self._shrink), len(decoding) + 1), limits.max_step_tokens)
 
@@ -350,7 +380,7 @@ class Scheduler:
         prefill takes what the aim leaves; background fills whatever is left after that."""
         used = 0
         if reserve:
-            fits = self._room(plan, left)
+            fits = max(self._room(plan, left), min(reserve, self.limits.min_chunk))  # owed, whatever the model says
             if fits and self._bg_credit >= min(fits, self.limits.min_chunk):
                 used = self._fill(plan, now, interactive=False, budget=min(reserve, fits))
         budget = left - used
@@ -366,6 +396,10 @@ class Scheduler:
         interactive ones the budget assumed."""
         fits = self.cost.tokens_within(self._aim, self._shape(plan.items, plan.embed_items), self._cells[False],
                                        new_decode=not self._uses(plan, False))
+        if self._overdue:
+            fits = max(fits, self._share_tokens())
+        elif not self._uses(plan, True):  # no interactive token to keep on time: the step's floor
+            fits = max(fits, self._min_chunk)
         return min(left, fits)
 
     def _uses(self, plan: StepPlan, interactive: bool) -> bool:
@@ -477,7 +511,7 @@ class Scheduler:
     def _embed_may_go(self, n: int, room: int) -> bool:
         """A chunked input goes in what is left of the step. An atomic one larger than that
         overflows the step only when no interactive work is running or background's credit covers it."""
-        if self.limits.embed_chunked or n <= room or n <= self._bg_credit:
+        if self.limits.embed_chunked or n <= room or n <= self._bg_credit or "embeddings" in self._overdue:
             return True
         return not any(self.policies[r.lane].interactive for r in self.running)
 
@@ -717,7 +751,7 @@ class Scheduler:
             return self._on_no_kv_slot(plan)
         self._shrink = min(self._shrink * 2, 1.0)
         if not plan.empty:
-            self.cost.observe(plan.shape, result.elapsed_ms)
+            self.cost.observe(plan.shape, result.elapsed_ms, now)
         outputs = [o for item in plan.items if (o := self._advance(item, result, now))]
         outputs += [o for item in plan.embed_items if (o := self._embedded(item, result, now))]
         return outputs

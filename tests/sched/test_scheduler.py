@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from homeai.sched.costmodel import StepShape
+from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.request import Kind, Status
 from homeai.sched.scheduler import READERS_AIM, SHARED_PACE, STEP_AIM, QueueFull
 from tests.sched.helpers import (FakeRunner, create_request, create_scheduler, run_until_idle, step,
@@ -534,3 +534,41 @@ def test_the_decode_shape_is_what_the_decode_items_cost(interactive_cells):
         plan, _ = step(sched, runner, now)
         items = [i for i in plan.items if i.request_id in {r.request_id for r in decoding}]
         assert sched._decode_shape() == sched._shape(items, [])
+
+
+class _PoisonedCost(StepCostModel):
+    """A fit a noisy neighbour poisoned that never learns again: every step a minute and more."""
+
+    def observe(self, x, elapsed_ms, now=None):
+        pass
+
+    @property
+    def coefficients(self):
+        return (60_000.0, 1_000.0, 100.0, 1_000.0)
+
+
+@pytest.mark.parametrize("interactive_cells", [0, 2048])
+def test_a_cost_model_predicting_absurd_steps_still_serves_every_lane_within_its_target(interactive_cells):
+    """The cost model learns only from steps that run: if its predictions alone decided, a
+    poisoned fit would stop the very steps that could correct it (embeddings waited minutes on
+    an idle box). Lanes overdue get their share of a step whatever the model says."""
+    sched = create_scheduler(interactive_cells=interactive_cells)
+    sched.cost = _PoisonedCost()
+    runner = FakeRunner(step_ms=10.0)
+    requests = [create_request(lane="embeddings", member=f"m{i % 2}", num_prompt=40, kind=Kind.EMBED)
+                for i in range(8)]
+    requests += [create_request(lane="summaries", num_prompt=200, max_tokens=20),
+                 create_request(lane="indexing", num_prompt=60, kind=Kind.EMBED)]
+    requests += [create_request(lane="chat", member=f"c{i}", num_prompt=30, max_tokens=200, arrival=15.0 + i * 2.0)
+                 for i in range(3)]  # background first, on an idle box: nothing else pays its share
+    now = 0.0
+    while not all(r.finished for r in requests) and now < 120:
+        for r in requests:
+            if r.arrival_time <= now and r.request_id not in sched.requests and r.status is Status.WAITING:
+                sched.add_request(r)
+        step(sched, runner, now)
+        now += runner.step_ms / 1000
+    assert all(r.finished for r in requests)
+    for r in requests:
+        waited_ms = (r.first_token_time - r.arrival_time) * 1000
+        assert waited_ms <= sched.policies[r.lane].ttft_target_ms, (r.lane, waited_ms)
