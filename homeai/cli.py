@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     voice = bsub.add_parser("voice", help="end of speech to first answer token over /v1/voice, idle and loaded")
     voice.add_argument("--n", type=int, default=10, help="questions per phase")
     voice.add_argument("--out", default="bench-out", help="folder for voice.json and voice.md")
+    neighbour = bsub.add_parser("neighbour", help="chat latency and embeddings beside busy processes: before, during, after")
+    neighbour.add_argument("--phase", type=float, default=20.0, help="seconds of each phase (quiet, busy, after)")
+    neighbour.add_argument("--busy", type=int, default=2, help="busy processes at nice 10 during the busy phase")
+    neighbour.add_argument("--out", default="bench-out", help="folder for neighbour.json and neighbour.md")
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -94,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, voice, rmodel, add, token, revoke, *workloads):
+    for p in (serve, doctor, members, bench, engine, voice, neighbour, rmodel, add, token, revoke, *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -160,7 +164,9 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         runner = Runner(cfg.model, generation_model(cfg))
         engine = create_engine(cfg, runner).start()
         try:
-            print(f"model {runner.info.description}, {cfg.model.n_threads or os.cpu_count()} threads", flush=True)
+            from homeai.threads import default_threads
+
+            print(f"model {runner.info.description}, {cfg.model.n_threads or default_threads()} threads", flush=True)
             rows = engine_throughput(engine, seqs, args.tokens,
                                      progress=lambda r: print(f"  {r['seqs']:>3} seqs: homeai {r['homeai_tok_s']:.1f}"
                                                               f" tok/s, raw {r['raw_tok_s']:.1f} tok/s", flush=True))
@@ -169,6 +175,8 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
             runner.close()
         print(report(rows, planning_cost()))
         return 0
+    if args.workload == "neighbour":
+        return run_neighbour(cfg, args)
     if args.workload == "model":
         from homeai.bench.random_model import write
 
@@ -186,6 +194,27 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         run(cfg, n=args.n, out=Path(args.out))
         return 0
     return run_workloads(cfg, args)
+
+
+def run_neighbour(cfg: config_mod.Config, args) -> int:
+    from homeai import threads
+    from homeai.bench import neighbour
+    from homeai.engine.engine import create_engine
+    from homeai.engine.runner import Runner
+    from homeai.models import generation_model
+
+    runner = Runner(cfg.model, generation_model(cfg))
+    engine = create_engine(cfg, runner).start()
+    try:
+        doc = neighbour.run(engine, phase_s=args.phase, num_busy=args.busy)
+    finally:
+        engine.stop()
+        runner.close()
+    machine = (f"{runner.info.description}, {cfg.model.n_threads or threads.default_threads()} threads of "
+               f"{os.cpu_count()} cores, OpenMP: {threads.wait_policy()}")
+    neighbour.write(doc, machine, Path(args.out))
+    print(neighbour.markdown(doc, machine))
+    return 0
 
 
 def run_workloads(cfg: config_mod.Config, args) -> int:
