@@ -1,8 +1,9 @@
 """What text a file holds: plain text, Markdown, HTML (scripts and styles stripped) or PDF.
 
-`read_file(path)` returns the raw bytes and their hash, or a `Skip` naming why the file
-cannot be read (a broken link, a FIFO, a permission). `extract_text(path, data)` returns
-the text, or a `Skip` for binary data, a damaged or encrypted PDF, or a file with no text.
+`read_file(path, scope)` returns the raw bytes and their hash, or a `Skip` naming why the
+file cannot be read (a broken link, a FIFO, a permission, a link out of the indexed folders).
+`extract_text(path, data)` returns the text, or a `Skip` for binary data, a damaged or
+encrypted PDF, or a file with no text.
 Nothing here raises for a bad file: a bad file is a reason, not a crash.
 """
 
@@ -17,10 +18,13 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 
+from homeai.jobs.scope import OUTSIDE, Scope
+
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 SNIFF_BYTES = 8192
 MAX_FILE_BYTES = 64 * 2**20  # a household document is smaller; a video is not a document
 BINARY = "binary file (not text, Markdown, HTML or PDF)"
+NOT_REGULAR = "unreadable: not a regular file (a FIFO, socket or device)"
 
 
 @dataclass(frozen=True)
@@ -36,21 +40,29 @@ class FileData:
     mtime: float
 
 
-def read_file(path: Path) -> FileData | Skip:
+def read_file(path: Path, scope: Scope) -> FileData | Skip:
     """The file's bytes, or why they are not worth reading: never blocks on a FIFO or a device,
-    and reads only the first few KB of a binary file (a photo library costs little)."""
+    reads only the first few KB of a binary file (a photo library costs little), and reads
+    nothing the `scope` does not admit, even if the path becomes a link while it is read."""
     try:
         st = path.stat()
     except FileNotFoundError:
         return Skip("unreadable: a broken symbolic link" if path.is_symlink() else "unreadable: the file vanished")
     except OSError as e:
         return Skip(f"unreadable: {e.strerror or e}")
+    if not scope.admits(os.path.realpath(path)):
+        return Skip(OUTSIDE)
     if not stat.S_ISREG(st.st_mode):
-        return Skip("unreadable: not a regular file (a FIFO, socket or device)")
+        return Skip(NOT_REGULAR)
     if st.st_size > MAX_FILE_BYTES:
         return Skip(f"too large ({st.st_size // 2**20} MiB; the limit is {MAX_FILE_BYTES // 2**20} MiB)")
     try:
-        with path.open("rb") as f:
+        # Non-blocking: the path may have become a FIFO since the stat.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return Skip(NOT_REGULAR)
+            if not _opened_in_scope(f, path, scope):
+                return Skip(OUTSIDE)
             head = f.read(SNIFF_BYTES)
             if b"\x00" in head and not head.startswith(b"%PDF-"):
                 return Skip(BINARY)
@@ -58,6 +70,16 @@ def read_file(path: Path) -> FileData | Skip:
     except OSError as e:
         return Skip(f"unreadable: {e.strerror or e}")
     return FileData(data, hashlib.sha256(data).hexdigest(), len(data), st.st_mtime)
+
+
+def _opened_in_scope(f, path: Path, scope: Scope) -> bool:
+    """Whether the open file is the one at the path's real place, and that place is admitted:
+    a link swapped in after the first check resolves elsewhere, or to another file."""
+    real_path = os.path.realpath(path)
+    try:
+        return scope.admits(real_path) and os.path.samestat(os.fstat(f.fileno()), os.stat(real_path))
+    except OSError:  # the path vanished after the open
+        return False
 
 
 def extract_text(path: Path, data: bytes) -> str | Skip:

@@ -26,6 +26,7 @@ from homeai.engine.engine import EngineStopped
 from homeai.jobs.chunking import TextChunk, chunk_text
 from homeai.jobs.extract import FileData, Skip, extract_text, read_file, walk
 from homeai.jobs.runs import Progress
+from homeai.jobs.scope import Scope, root_path
 from homeai.jobs.summarise import Summariser, summarise_documents
 from homeai.store.models import Chunk, Document, utcnow
 
@@ -72,21 +73,23 @@ class Indexer:
             if root not in scanned:  # an unmounted disk: report it, and keep what was indexed from it
                 progress.error(str(root), "not found (its documents are kept)")
         files = list(dict.fromkeys(p for root in scanned for p in walk(root)))
+        # Links resolved once per run; a link may reach any configured folder, not only this run's.
+        scope = Scope.of([*scanned, *map(root_path, self.settings.index_paths)])
         known = self._known(scanned)
         progress.set_total(len(files))
-        self._index(files, known, report, progress)
+        self._index(files, scope, known, report, progress)
         self._remove_missing(known, {str(p) for p in files}, report)
         if self.summariser is not None:
             self._summarise(scanned, report, progress)
         report.errors = list(progress.errors)
         return report
 
-    def _index(self, files: list[Path], known: dict, report: Report, progress: Progress) -> None:
+    def _index(self, files: list[Path], scope: Scope, known: dict, report: Report, progress: Progress) -> None:
         batch: list[_Prepared] = []
         for path in files:
             self._check_stop()
             progress.working_on(str(path))
-            prepared = self._prepare(path, known.get(str(path)), report, progress)
+            prepared = self._prepare(path, scope, known.get(str(path)), report, progress)
             if prepared is None:
                 progress.advance()
                 continue
@@ -109,9 +112,9 @@ class Indexer:
 
     # ---- one file ----------------------------------------------------------------
 
-    def _prepare(self, path: Path, known, report: Report, progress: Progress) -> _Prepared | None:
+    def _prepare(self, path: Path, scope: Scope, known, report: Report, progress: Progress) -> _Prepared | None:
         """The file's chunks when it must be (re)indexed; None when it is unchanged or skipped."""
-        file = read_file(path)
+        file = read_file(path, scope)
         if isinstance(file, Skip):
             self._record_skip(path, None, file.reason, known, report)
             return None

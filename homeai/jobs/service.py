@@ -17,11 +17,9 @@ resumed when the service starts.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
@@ -34,6 +32,7 @@ from homeai.engine.engine import EngineStopped
 from homeai.jobs.indexer import Indexer, Report, Stopped
 from homeai.jobs.runs import JobBusy, JobLock, Progress, orphaned, recent_runs, run_dict, start_run
 from homeai.jobs.schedule import parse_schedule
+from homeai.jobs.scope import root_path
 from homeai.jobs.search import Hit, Searcher
 from homeai.jobs.summarise import Summariser
 from homeai.store.models import Chunk, Document, JobRun
@@ -179,7 +178,7 @@ class JobService:
             progress.error(name, "the model is not loaded")
             progress.finish("interrupted" if self._stop.is_set() else "failed")
             return None
-        roots = [Path(os.path.abspath(os.path.expanduser(p))) for p in (paths or self.cfg.jobs.index_paths)]
+        roots = [root_path(p) for p in (paths or self.cfg.jobs.index_paths)]
         if not roots:
             progress.error(name, "no folders to index: set jobs.index_paths or name them")
             progress.finish("failed")
