@@ -74,8 +74,20 @@ async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
 async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:
     if isinstance(exc, ApiError):
         return error_response(exc)
+    if exc.status_code == 400:  # our own 400s are ApiErrors: this is FastAPI's, for a body it could not parse
+        return error_response(_unparsable(exc))
     error = ApiError(exc.status_code, str(exc.detail), code=CODES.get(exc.status_code), headers=exc.headers)
     return error_response(error)
+
+
+def _unparsable(exc: HTTPException) -> ApiError:
+    """Why a body could not be parsed; FastAPI says only "There was an error parsing the body"."""
+    cause = exc.__cause__
+    if isinstance(cause, RecursionError):
+        return ApiError(400, "the body is not valid JSON: it is nested too deeply", code="invalid_json")
+    if isinstance(cause, ValueError):  # not UTF-8, or an integer of thousands of digits
+        return ApiError(400, f"the body is not valid JSON: {cause}", code="invalid_json")
+    return ApiError(400, str(exc.detail), code="invalid_body")  # a malformed form, say
 
 
 async def _validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:

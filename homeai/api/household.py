@@ -27,7 +27,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -35,6 +35,7 @@ from homeai.api.auth import CHALLENGE, Caller, CurrentMember
 from homeai.api.deps import EngineDep, RuntimeDep
 from homeai.api.errors import ApiError, error_body, from_engine
 from homeai.api.limits import check_generation
+from homeai.api.schemas import RequestBody
 from homeai.api.streaming import SSE_HEADERS, sse
 from homeai.engine.engine import (
     Engine, EngineStopped, InvalidRequest, PromptTooLong, QueueFull, RequestStream, TokenEvent,
@@ -53,19 +54,15 @@ DEFAULT_TITLE = "New conversation"
 MAX_CONTENT_CHARS = 100_000
 
 
-class Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class NewConversation(Body):
+class NewConversation(RequestBody):
     title: str | None = Field(None, max_length=convs.MAX_TITLE_LEN)
 
 
-class Rename(Body):
+class Rename(RequestBody):
     title: str = Field(min_length=1, max_length=convs.MAX_TITLE_LEN)
 
 
-class Generate(Body):
+class Generate(RequestBody):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
 

@@ -8,7 +8,9 @@
   `server.max_output_tokens`; answers also end at the context's edge, and prompts longer than the
   context are refused by the engine).
 * Open sockets per member: `PerMember`, a counter the voice socket holds one unit of
-  (`server.max_websockets_per_member`). WebSocket message size is uvicorn's `ws_max_size`
+  (`server.max_websockets_per_member`); until it has a token it holds one of its client
+  address's instead (`server.max_unauthenticated_websockets_per_address`, another `PerMember`
+  keyed by address). WebSocket message size is uvicorn's `ws_max_size`
   (`server.max_ws_message_bytes`, set by `homeai serve`); audio length is `speech.max_utterance_s`.
 """
 
@@ -80,15 +82,16 @@ class TooMany(Exception):
 
 
 class PerMember:
-    """Counts what each member holds open (voice sockets); thread-safe.
+    """Counts what each member (or client address) holds open (voice sockets); thread-safe.
 
         with runtime.websockets.hold(caller.name):   # raises TooMany over the limit
             ... serve the socket ...
     """
 
-    def __init__(self, max_per_member: int, what: str = "open WebSockets"):
+    def __init__(self, max_per_member: int, what: str = "open WebSockets",
+                 setting: str = "server.max_websockets_per_member"):
         self.max_per_member = max_per_member
-        self.what = what
+        self.what, self.setting = what, setting
         self.counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -96,8 +99,7 @@ class PerMember:
         with self._lock:
             num = self.counts.get(member, 0)
             if num >= self.max_per_member:
-                raise TooMany(f"{member} already has {num} {self.what}, the most allowed "
-                              "(server.max_websockets_per_member)")
+                raise TooMany(f"{member} already has {num} {self.what}, the most allowed ({self.setting})")
             self.counts[member] = num + 1
 
     def release(self, member: str) -> None:

@@ -4,13 +4,20 @@ Fields clients commonly send that homeai does not use (`user`, `frequency_penalt
 are accepted and ignored, as OpenAI-compatible servers do; a known field with a wrong
 type or value is a 400. `lane` is homeai's own field (OpenAI clients send it through
 `extra_body`), as are `top_k`, `min_p` and `repeat_penalty`.
+
+Types are strict, as OpenAI's are: `"stream": "yes"` or `"max_tokens": "4"` is refused, not
+coerced; numbers are finite and within what the sampler takes. Every string (and key) of a
+body must be valid Unicode: JSON's `\ud800` escapes can spell a lone surrogate, which UTF-8
+cannot encode and the tokenizer cannot take (400 `invalid_text`, checked once per body by
+`RequestBody`; the voice socket checks its frames with `find_invalid_text`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from homeai.api.errors import ApiError
 from homeai.sched.request import SamplingParams
@@ -18,10 +25,51 @@ from lanes.base import LanePolicy
 
 MAX_STOPS = 16
 FALLBACK_MAX_TOKENS = 256  # a lane with no max_tokens of its own
+MAX_TOP_K = 2**31 - 1  # llama.cpp's sampler takes an int32 (any k past the vocabulary keeps every token)
+MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # OpenAI's range for seed
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+class RequestBody(Body):
+    """A whole request body: its text is checked before any field is."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, data: Any) -> Any:
+        path = find_invalid_text(data)
+        if path is not None:  # an HTTPException passes through FastAPI's validation untouched
+            raise ApiError(400, f"{path or 'the body'}: not valid Unicode text (a lone surrogate, \\ud800-\\udfff)",
+                           code="invalid_text", param=path or None)
+        return data
+
+
+def find_invalid_text(value: Any) -> str | None:
+    """Where in a parsed JSON value the first string or key that is not valid Unicode is, as a
+    dotted path ("messages.0.content"; "" for the value itself); None when all text is valid.
+    Iterative: a body nested hundreds deep must not exhaust the stack."""
+    stack: list[tuple[Any, tuple]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if SURROGATE.search(item):
+                return _dotted(path)
+        elif isinstance(item, dict):
+            for key in item:
+                if SURROGATE.search(key):
+                    return _dotted((*path, key))
+            stack.extend((child, (*path, key)) for key, child in reversed(item.items()))
+        elif isinstance(item, list):
+            stack.extend((child, (*path, i)) for i, child in reversed(list(enumerate(item))))
+    return None
+
+
+def _dotted(path: tuple) -> str:
+    # A key may itself hold the surrogate: escaped, the path can go into a JSON answer.
+    return ".".join(str(part).encode("utf-8", "backslashreplace").decode("utf-8") for part in path)
 
 
 class TextPart(Body):
@@ -50,7 +98,7 @@ class StreamOptions(Body):
     include_usage: bool = False
 
 
-class Sampling(Body):
+class Sampling(RequestBody):
     """What every generating endpoint takes."""
 
     model: str | None = None
@@ -58,10 +106,10 @@ class Sampling(Body):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
     min_p: float | None = Field(None, ge=0, le=1)
     repeat_penalty: float | None = Field(None, gt=0)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=MIN_INT64, le=MAX_INT64)
     stop: str | list[str] | None = None
     n: int = Field(1, ge=1)
     stream: bool = False
@@ -118,7 +166,7 @@ class CompletionRequest(Sampling):
         return self.prompt
 
 
-class EmbeddingRequest(Body):
+class EmbeddingRequest(RequestBody):
     input: str | list[str] | list[int] | list[list[int]]
     model: str | None = None
     lane: str | None = None
