@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -30,11 +31,19 @@ class ServerConfig:
     port: int = 8700
     data_dir: str = ""  # empty: $XDG_DATA_HOME/homeai or ~/.local/share/homeai
     cors_origins: tuple[str, ...] = ()  # empty: same origin only
+    # Host names this server answers to besides IP addresses, localhost and the machine's own
+    # name (e.g. "homeai.lan", or a reverse proxy's public name); any other Host gets 421.
+    allowed_hosts: tuple[str, ...] = ()
+    metrics_public: bool = False  # serve /metrics without a token even when auth is required (a LAN Prometheus)
     max_body_bytes: int = 4_000_000  # a larger request body is refused with 413
     max_messages: int = 256  # a chat request with more messages is refused with 400
     max_output_tokens: int = 4096  # a larger max_tokens is refused with 400 (the context's edge also ends an answer)
     max_ws_message_bytes: int = 1_048_576  # a larger WebSocket message closes its socket (1009)
     max_websockets_per_member: int = 4  # open WebSockets (voice) per member; more are refused
+    # Sockets still waiting for their token (10 s each at most) per client address; more are refused.
+    # Behind a reverse proxy every client has the proxy's address: raise it there.
+    max_unauthenticated_websockets_per_address: int = 8
+    api_docs: bool = False  # serve /docs and /redoc: their pages load scripts from a CDN, outside the CSP
     shutdown_grace_s: float = 10.0  # on SIGTERM, requests in flight get this long to finish before they are cut short
 
 
@@ -54,8 +63,11 @@ class ModelConfig:
     interactive_n_ctx: int = 4096
     n_seq_max: int = 32  # sequences decoding at once: more batches better, each needs cells
     n_batch: int = 512  # most tokens in one step: larger steps raise throughput and latency
-    n_threads: int = 0  # 0: all cores
-    n_gpu_layers: int = 0  # layers offloaded to the GPU; -1: all
+    n_threads: int = 0  # 0: every core but one (a busy neighbour then stalls no step: docs/benchmarks.md)
+    n_gpu_layers: int = -1  # layers offloaded to the GPU; -1: all (a CPU-only build offloads none)
+    # CUDA graphs: faster single-sequence decode, but they aborted with two generation contexts;
+    # auto: off exactly then (interactive_n_ctx > 0 on a GPU), on | off: as said (homeai.engine.gpu)
+    cuda_graphs: str = "auto"
     use_extra_bufts: bool = False  # llama.cpp's CPU repack/AMX buffers: faster, but segfault on some CPUs
     flash_attn: str = "auto"  # on | off | auto: on with GPU offload, off on the CPU (slow there for long contexts)
     embed_n_ctx: int = 2048  # cells of the embedding context: tokens of inputs in flight (and the longest input)
@@ -144,6 +156,7 @@ SECTIONS = {
 }
 # Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.
 REMOTE_LANES = ("chat", "summaries", "embeddings")
+HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*\.?")
 LANE_KEYS = {"weight", "window_ms", "max_batch", "max_queue", "ttft_target_ms", "itl_target_ms", "max_tokens"}
 
 
@@ -264,7 +277,12 @@ def validate(cfg: Config, source: str) -> Config:
     _check(s.max_output_tokens >= 1, source, "server.max_output_tokens", "must be at least 1")
     _check(s.max_ws_message_bytes >= 1024, source, "server.max_ws_message_bytes", "must be at least 1024")
     _check(s.max_websockets_per_member >= 1, source, "server.max_websockets_per_member", "must be at least 1")
+    _check(s.max_unauthenticated_websockets_per_address >= 1, source,
+           "server.max_unauthenticated_websockets_per_address", "must be at least 1")
     _check(s.shutdown_grace_s >= 0, source, "server.shutdown_grace_s", "must be 0 or more")
+    for name in s.allowed_hosts:
+        _check(bool(HOST_NAME.fullmatch(name)), source, "server.allowed_hosts",
+               f"must hold host names without scheme or port, like \"homeai.lan\", got {name!r}")
     _check(cfg.auth.required or is_loopback(s.host), source, "auth.required",
            f"may be false only when server.host is a loopback address (host is {s.host!r})")
     _check(m.n_ctx >= 256, source, "model.n_ctx", f"must be at least 256, got {m.n_ctx}")
@@ -276,6 +294,8 @@ def validate(cfg: Config, source: str) -> Config:
     _check(m.n_threads >= 0, source, "model.n_threads", "must be 0 (all cores) or more")
     _check(m.n_gpu_layers >= -1, source, "model.n_gpu_layers", "must be -1 (all) or more")
     _check(m.flash_attn in ("auto", "on", "off"), source, "model.flash_attn", f"must be auto, on or off, got {m.flash_attn!r}")
+    _check(m.cuda_graphs in ("auto", "on", "off"), source, "model.cuda_graphs",
+           f"must be auto, on or off, got {m.cuda_graphs!r}")
     _check(m.embed_n_ctx >= 64, source, "model.embed_n_ctx", "must be at least 64")
     _check(1 <= m.embed_n_seq_max <= 256, source, "model.embed_n_seq_max", "must be 1-256")
     for key in ("path", "embedding_path"):

@@ -2,12 +2,14 @@
 
 The lifespan migrates the store, makes sure the default member exists, and loads the model
 in the background (`/healthz` says "loading" meanwhile); tests hand in an already loaded
-runner. Everything the app runs lives in `app.state.runtime`, so several apps can share a
-process (one at a time over one runner).
+runner. Everything the app runs lives in `app.state.runtime` (and the tokens its sockets and
+requests hold, watched for revocation, in `app.state.revocations`), so several apps can share
+a process (one at a time over one runner).
 """
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -17,6 +19,8 @@ from homeai import __version__
 from homeai.api import errors, health, household, jobs, lanes, metrics, transcriptions, voice, web
 from homeai.api import openai as openai_routes
 from homeai.api.limits import BodyLimit
+from homeai.api.origin import SameSiteMiddleware
+from homeai.api.revocation import RevocationMiddleware, Revocations
 from homeai.api.runtime import Runtime
 from homeai.api.shutdown import AdmissionMiddleware
 from homeai.config import Config
@@ -31,22 +35,29 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
     async def lifespan(app: FastAPI):
         runtime: Runtime = app.state.runtime
         runtime.open()
+        watch = asyncio.create_task(app.state.revocations.watch(runtime.sessions))
         try:
             runtime.start()
             app.state.jobs = JobService(runtime.cfg, lambda: runtime.engine, runtime.sessions).start()
             yield
         finally:
+            watch.cancel()
             await runtime.shutdown(jobs=getattr(app.state, "jobs", None))  # a no-op after SIGTERM's drain
             runtime.stop()
 
-    app = FastAPI(title="homeai", version=__version__, lifespan=lifespan)
+    docs = cfg.server.api_docs  # off by default: Swagger UI and ReDoc load their scripts from a CDN
+    app = FastAPI(title="homeai", version=__version__, lifespan=lifespan, docs_url="/docs" if docs else None,
+                  redoc_url="/redoc" if docs else None)
     app.state.runtime = Runtime(cfg, runner, stt)
+    app.state.revocations = Revocations()  # tokens held by open sockets and requests, ended once revoked
     errors.install(app)
     for module in (health, openai_routes, lanes, metrics, transcriptions, voice, household, jobs, web):
         app.include_router(module.router)
+    app.add_middleware(RevocationMiddleware, revocations=app.state.revocations)
     if cfg.server.cors_origins:  # without the middleware, browsers keep to the same origin
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["*"],
                            allow_headers=["Authorization", "Content-Type", "X-HomeAI-Lane"])
+    app.add_middleware(SameSiteMiddleware, server=cfg.server)  # Host names and cross-site writes, auth on or off
     app.add_middleware(BodyLimit, max_bytes=cfg.server.max_body_bytes)
     app.add_middleware(AdmissionMiddleware, admission=app.state.runtime.admission)  # outermost: 503 when stopping
     return app

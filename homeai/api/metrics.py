@@ -3,14 +3,17 @@
 Histograms and counters are fed by `engine.on_finish` (`Metrics.observe`, in the engine
 thread: label children are made once, so an observation is a lock and a bucket search).
 Gauges, and the rejection counter the engine keeps, are read from `engine.snapshot()` at
-scrape time. Every per-lane series carries the label `lane`.
+scrape time. Every per-lane series carries the label `lane`. When auth is required, scraping
+needs a member's bearer token (a member made for Prometheus will do), unless
+`server.metrics_public` opens it to anyone who reaches the port.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Header, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -113,5 +116,11 @@ class SnapshotCollector:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(request: Request) -> Response:
-    return Response(request.app.state.runtime.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+def metrics(request: Request, authorization: Annotated[str | None, Header()] = None) -> Response:
+    """Any member's token may scrape when auth is required, anyone with `server.metrics_public`."""
+    from homeai.api.auth import current_member  # auth imports the runtime, which imports this module
+
+    runtime = request.app.state.runtime
+    if not runtime.cfg.server.metrics_public:
+        current_member(runtime, authorization)  # 401 without a valid token when auth is required
+    return Response(runtime.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -13,8 +13,12 @@ task at a time transcribes it (on the speech model's bounded pool), answers it t
 engine and stores the exchange. New speech, `response.cancel` or a new `session.start`
 cancels the turn and aborts its sequence, which the engine frees within one step. Every
 accepted utterance ends with exactly one `response.done` or `error`. The socket is closed
-with 4401 without a valid token when auth is required, and with 4429 when the member already
-holds `server.max_websockets_per_member` sockets; a page of another origin gets a 403.
+with 4401 without a valid token when auth is required, or once its token is revoked (checked
+every few seconds and before each turn: `homeai.api.revocation`), and with 4429 when the
+member already holds `server.max_websockets_per_member` sockets, or when its client address
+already has `server.max_unauthenticated_websockets_per_address` sockets waiting for a token;
+a page of another origin gets a 403 at the handshake (`homeai.api.origin`). A session that
+fails unexpectedly is closed with 1011, never dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 import numpy as np
 from fastapi import APIRouter, WebSocket
@@ -36,13 +40,18 @@ from starlette.websockets import WebSocketDisconnect
 from homeai.api.auth import Caller, current_member
 from homeai.api.errors import ApiError, from_engine
 from homeai.api.limits import TooMany
+from homeai.api.revocation import Hold, Revocations, revoked_tokens
+from homeai.api.schemas import MAX_INT64, find_invalid_text
 from homeai.engine.engine import EngineStopped, InvalidRequest, QueueFull, TokenEvent
 from homeai.sched.request import SamplingParams
-from homeai.speech.stt import MAX_RATE, MIN_RATE, AudioError, EndOfSpeechDetector, SpeechBusy, resample
+from homeai.speech.base import MAX_RATE, MIN_RATE, AudioError, SpeechBusy, resample
 from homeai.store import conversations as convs
 from homeai.store.models import Member
 from lanes import voice as voice_lane
 from lanes.base import LanePolicy
+
+if TYPE_CHECKING:  # speech is optional: its libraries are imported once a speech model has loaded
+    from homeai.speech.stt import EndOfSpeechDetector
 
 log = logging.getLogger("homeai.voice")
 router = APIRouter(tags=["voice"])
@@ -54,7 +63,7 @@ MAX_MESSAGE_BYTES = 256 * 1024
 AUTH_TIMEOUT_S = 10.0  # an unauthenticated socket must send session.start with a token by then
 PRE_ROLL_S = 1.0  # with server VAD, the audio kept from before the speech starts
 MAX_HISTORY = 10  # messages of the conversation put in front of the question
-CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN_ORIGIN, CLOSE_TOO_MANY = 4401, 4403, 4429
+CLOSE_UNAUTHORIZED, CLOSE_TOO_MANY, CLOSE_INTERNAL_ERROR = 4401, 4429, 1011
 LANGUAGE = re.compile(r"^[a-z]{2,3}$")
 
 
@@ -94,12 +103,8 @@ def answer_params(policy: LanePolicy) -> SamplingParams:
 
 @router.websocket("/v1/voice")
 async def voice(websocket: WebSocket) -> None:
-    runtime = websocket.app.state.runtime
-    if not _origin_allowed(websocket, runtime.cfg.server.cors_origins):
-        await websocket.close(code=CLOSE_FORBIDDEN_ORIGIN)  # before accept: the handshake gets a 403
-        return
-    await websocket.accept()
-    session = VoiceSession(websocket, runtime)
+    await websocket.accept()  # a page of another origin was refused before (homeai.api.origin)
+    session = VoiceSession(websocket, websocket.app.state.runtime, websocket.app.state.revocations)
     try:
         await session.run()
     finally:
@@ -108,8 +113,11 @@ async def voice(websocket: WebSocket) -> None:
 
 
 class VoiceSession:
-    def __init__(self, websocket: WebSocket, runtime):
-        self.ws, self.runtime = websocket, runtime
+    def __init__(self, websocket: WebSocket, runtime, revocations: Revocations):
+        self.ws, self.runtime, self.revocations = websocket, runtime, revocations
+        self.hold: Hold | None = None  # the token in use, watched for its revocation
+        self.address = websocket.client.host if websocket.client else "unknown"
+        self.waiting = False  # holds one of the address's units for sockets without a token
         self.caller: Caller | None = None
         self.member_id: int | None = None
         self.settings: Settings | None = None
@@ -131,12 +139,10 @@ class VoiceSession:
         try:
             if token or not self.runtime.cfg.auth.required:
                 await self._authenticate(token)
+            if self.caller is None:
+                self._wait_for_token()
             while not self.gone:
-                timeout = AUTH_TIMEOUT_S if self.caller is None else None
-                try:
-                    message = await asyncio.wait_for(self.ws.receive(), timeout)
-                except TimeoutError:
-                    raise Unauthorized("no session.start with a valid token in time") from None
+                message = await self._receive(AUTH_TIMEOUT_S if self.caller is None else None)
                 if message["type"] == "websocket.disconnect":
                     return
                 try:
@@ -151,6 +157,30 @@ class VoiceSession:
             await self._close(e.code, e.reason)
         except WebSocketDisconnect:
             return
+        except Exception:  # a bug: say so with a close frame rather than drop the connection
+            log.exception("voice session failed")
+            await self.cancel_turn(None)
+            await self._close(CLOSE_INTERNAL_ERROR, "internal error (see the server log)")
+
+    async def _receive(self, timeout: float | None) -> dict:
+        """The next message; Unauthorized when none came in time or the token is revoked meanwhile."""
+        self._refuse_if_revoked()
+        waits = {receiving := asyncio.ensure_future(self.ws.receive())}
+        if self.hold is not None:
+            waits.add(asyncio.ensure_future(self.hold.revoked.wait()))
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()  # a no-op for the one that finished
+        if receiving.done() and not receiving.cancelled():
+            return receiving.result()
+        self._refuse_if_revoked()
+        raise Unauthorized("no session.start with a valid token in time")
+
+    def _refuse_if_revoked(self) -> None:
+        if self.hold is not None and self.hold.revoked.is_set():
+            raise Unauthorized("the token has been revoked")
 
     async def _close(self, code: int, reason: str) -> None:
         try:
@@ -198,7 +228,7 @@ class VoiceSession:
         limit_s = min(self.runtime.cfg.speech.max_utterance_s, stt.cfg.max_utterance_s)
         self.settings, self.stt, self.limit_s = settings, stt, limit_s
         self.max_bytes = 2 * int(limit_s * settings.sample_rate)
-        self.detector = await asyncio.to_thread(EndOfSpeechDetector) if settings.vad else None
+        self.detector = await asyncio.to_thread(_end_of_speech_detector) if settings.vad else None
         self._reset_utterance()
         await self.send({"type": "session.ready", "member": self.caller.name, "sample_rate": settings.sample_rate,
                          "language": settings.language, "vad": settings.vad,
@@ -246,6 +276,10 @@ class VoiceSession:
         if not pcm:
             raise VoiceError("no_audio", "audio.end without audio: send binary PCM16 frames first")
         await self.cancel_turn("interrupted")
+        hold = self.hold  # no turn for a token revoked since the last check
+        if hold is not None and await asyncio.to_thread(revoked_tokens, self.runtime.sessions, [hold.token_hash]):
+            hold.revoked.set()
+        self._refuse_if_revoked()
         self.turn = Turn(self, pcm, self.settings, ended_at)
         self.task = asyncio.create_task(self.turn.run())
 
@@ -297,9 +331,31 @@ class VoiceSession:
                 raise CloseSocket(CLOSE_TOO_MANY, str(e)) from None
             self.release()
         self.caller = caller
+        self._stop_waiting()
+        self._hold(token.strip() if token else None)
+
+    def _hold(self, token: str | None) -> None:
+        """Watch the token now in use (none: nothing to revoke, auth is off)."""
+        if self.hold is not None:
+            self.revocations.release(self.hold)
+        self.hold = self.revocations.hold(token) if token else None
+
+    def _wait_for_token(self) -> None:
+        try:  # each address may hold only so many sockets open without a token
+            self.runtime.unauthenticated.acquire(self.address)
+        except TooMany as e:
+            raise CloseSocket(CLOSE_TOO_MANY, str(e)) from None
+        self.waiting = True
+
+    def _stop_waiting(self) -> None:
+        if self.waiting:
+            self.runtime.unauthenticated.release(self.address)
+            self.waiting = False
 
     def release(self) -> None:
-        """Give back the member's socket unit."""
+        """Give back the member's socket unit (or the address's, when it never had a token) and the token's hold."""
+        self._stop_waiting()
+        self._hold(None)
         if self.caller is not None:
             self.runtime.websockets.release(self.caller.name)
             self.caller = None
@@ -453,8 +509,13 @@ def _parse(text: str) -> dict:
         message = json.loads(text)
     except ValueError as e:
         raise VoiceError("invalid_json", f"a text frame must be JSON: {e}") from None
+    except RecursionError:
+        raise VoiceError("invalid_json", "a text frame must be JSON: it is nested too deeply") from None
     if not isinstance(message, dict):
         raise VoiceError("invalid_json", "a text frame must be a JSON object with a type")
+    path = find_invalid_text(message)
+    if path is not None:
+        raise VoiceError("invalid_text", f"{path}: not valid Unicode text (a lone surrogate, \\ud800-\\udfff)")
     return message
 
 
@@ -472,9 +533,16 @@ def _settings(message: dict) -> Settings:
     if not isinstance(vad, bool):
         raise VoiceError("invalid_value", f"vad must be true or false, got {vad!r}")
     conversation_id = message.get("conversation_id")
-    if conversation_id is not None and (not isinstance(conversation_id, int) or isinstance(conversation_id, bool)):
-        raise VoiceError("invalid_value", f"conversation_id must be an integer, got {conversation_id!r}")
+    if conversation_id is not None and (not isinstance(conversation_id, int) or isinstance(conversation_id, bool)
+                                        or not 1 <= conversation_id <= MAX_INT64):  # a database id, as the routes take
+        raise VoiceError("invalid_value", f"conversation_id must be an integer 1..{MAX_INT64}, got {conversation_id!r}")
     return Settings(rate, language, vad, conversation_id)
+
+
+def _end_of_speech_detector() -> EndOfSpeechDetector:
+    from homeai.speech.stt import EndOfSpeechDetector  # importable: `_speech` found a loaded speech model
+
+    return EndOfSpeechDetector()
 
 
 def _speech(runtime):
@@ -500,10 +568,3 @@ def _bearer(authorization: str | None) -> str | None:
         return None
     return token.strip() or None
 
-
-def _origin_allowed(websocket: WebSocket, cors_origins: tuple[str, ...]) -> bool:
-    """Browsers send an Origin and websockets have no CORS: refuse other sites' pages."""
-    origin = websocket.headers.get("origin")
-    if origin is None or origin in cors_origins:
-        return True
-    return urlsplit(origin).netloc == websocket.headers.get("host")

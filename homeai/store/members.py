@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Collection
 from datetime import timedelta
 
 from sqlalchemy import select
@@ -101,6 +102,12 @@ def authenticate(session: Session, token: str | None) -> Member | None:
         row.last_used_at = now
         session.commit()
     return row.member
+
+
+def revoked_among(session: Session, token_hashes: Collection[str]) -> set[str]:
+    """Those of `token_hashes` (SHA-256 hex digests) whose token has been revoked."""
+    query = select(Token.token_hash).where(Token.token_hash.in_(list(token_hashes)), Token.revoked_at.is_not(None))
+    return set(session.scalars(query))
 
 
 def ensure_default_member(session: Session) -> Member:

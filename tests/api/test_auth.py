@@ -59,9 +59,10 @@ def test_bad_token_is_401(http, header):
     assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
 
 
-def test_health_and_metrics_need_no_token(http):
+def test_health_needs_no_token_and_metrics_any_members(cfg, http):
     assert http.get("/healthz").status_code == 200
-    assert http.get("/metrics").status_code == 200
+    assert http.get("/metrics").status_code == 401  # unless server.metrics_public (tests/security/test_access_metrics.py)
+    assert http.get("/metrics", headers=bearer(add_token(cfg, "prometheus"))).status_code == 200
 
 
 def test_member_token_works_and_names_the_member(cfg, server, http, store):

@@ -71,8 +71,9 @@ def test_push_to_talk_transcribes_answers_stores_and_reads_aloud(voice_browser, 
     context.add_init_script(f"localStorage.setItem('homeai.token', {token!r});"
                             "window.__spoken = []; speechSynthesis.speak = (u) => window.__spoken.push(u.text);")
     page = context.new_page()
-    errors = []
+    errors, sockets = [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("websocket", lambda ws: sockets.append(ws.url))
     try:
         page.goto("/")
         page.get_by_label("Read answers aloud").check()
@@ -105,6 +106,7 @@ def test_push_to_talk_transcribes_answers_stores_and_reads_aloud(voice_browser, 
         expect(page.locator("#chat-title")).to_contain_text(re.compile("kitchen", re.I))  # titled by what was said
         spoken = page.evaluate("window.__spoken")
         assert len(spoken) == 1 and spoken[0]
+        assert sockets and not any(token in url or "token=" in url for url in sockets)  # signed in by session.start
         assert not errors
     finally:
         context.close()

@@ -1,0 +1,98 @@
+"""No member token reaches the log: a real `homeai serve` with its log in a file, the voice
+socket signed in with `?token=` (the login that put tokens in the access log), rejected HTTP
+attempts with tokens in their query and path, and the file read back. The redaction filter on
+its own too: messages, arguments and tracebacks, through a real handler into a file.
+
+Run: .venv/bin/python -m pytest tests/security/test_logs_redacted.py
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from homeai.logs import RedactSecrets
+from homeai.store.db import make_engine, make_sessionmaker
+from homeai.store.members import add_member
+from tests.api.conftest import TIMEOUT
+from tests.ops.conftest import homeai_serve
+
+pytestmark = pytest.mark.model
+
+WRONG = "hai_" + "W" * 43  # shaped like a token, but no member's
+
+
+def new_token(db, name: str) -> str:
+    engine = make_engine(f"sqlite:///{db}")
+    try:
+        with make_sessionmaker(engine)() as session:
+            return add_member(session, name=name)[1]
+    finally:
+        engine.dispose()
+
+
+def secrets_in(text: str, *tokens: str) -> list[str]:
+    """The tokens (or their random part, however it was cut) found in `text`."""
+    return [t for t in tokens if t in text or t[4:20] in text]
+
+
+@pytest.fixture(scope="module")
+def served_log(tmp_path_factory):
+    """The log of a served homeai after the probes below, and the tokens they used."""
+    with homeai_serve(tmp_path_factory.mktemp("logs"), auth={"required": True}) as served:
+        token = new_token(served.db, "alice")
+        ws_url = served.url.replace("http://", "ws://") + "/v1/voice"
+        with connect(f"{ws_url}?token={token}", open_timeout=TIMEOUT) as ws:  # accepted, signed in
+            ws.send(json.dumps({"type": "session.start", "sample_rate": 16000}))
+            assert json.loads(ws.recv(TIMEOUT))["type"] in ("session.ready", "error")  # error: speech not loaded
+        with connect(f"{ws_url}?token={WRONG}", open_timeout=TIMEOUT) as ws:  # accepted, then closed 4401
+            with pytest.raises(ConnectionClosed):
+                ws.recv(TIMEOUT)
+        with httpx.Client(base_url=served.url, timeout=TIMEOUT) as http:
+            assert http.get(f"/v1/models?token={token}").status_code == 401  # HTTP takes only the header
+            assert http.get(f"/v1/models?access_token={WRONG}&api_key={token}").status_code == 401
+            assert http.get(f"/api/conversations/{token}").is_client_error
+            assert http.get("/v1/models", headers={"Authorization": f"Bearer {WRONG}"}).status_code == 401
+        assert served.terminate() == 0
+        yield served.output(), (token, WRONG)
+
+
+def test_tokens_in_query_strings_and_paths_are_redacted(served_log):
+    log, tokens = served_log
+    assert not secrets_in(log, *tokens), log
+    # the lines are there, with the secret part cut
+    assert '"WebSocket /v1/voice?token=[redacted]" [accepted]' in log, log
+    assert '"GET /v1/models?token=[redacted] HTTP/1.1" 401' in log, log
+    assert "/v1/models?access_token=[redacted]&api_key=[redacted]" in log, log
+    assert "/api/conversations/hai_[redacted]" in log, log
+
+
+def test_messages_arguments_and_tracebacks_are_redacted(tmp_path):
+    path = tmp_path / "homeai.log"
+    handler = logging.FileHandler(path)
+    handler.addFilter(RedactSecrets())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger = logging.getLogger("homeai.test_logs_redacted")
+    logger.addHandler(handler)
+    logger.propagate = False
+    token = "hai_" + "s3cret-Tok_en" * 3
+    try:
+        logger.warning("a request with %s, status %d", f"Authorization: Bearer {token}", 401)
+        logger.warning("headers: %r", {"authorization": f"Bearer {token}"})
+        logger.warning(f"inline {token}")
+        try:
+            raise ValueError(f"no member has {token}")
+        except ValueError:
+            logger.exception("failed for %s", f"/v1/voice?token={token}")
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    text = path.read_text()
+    assert not secrets_in(text, token), text
+    assert "status 401" in text and "ValueError: no member has hai_[redacted]" in text
+    assert text.count("[redacted]") >= 5, text
