@@ -28,11 +28,14 @@ def _writable(path: Path) -> str:
 
 
 def facts(cfg: Config) -> dict:
+    from homeai.engine import gpu
     from homeai.engine.runner import backend_facts
 
     backend = backend_facts()
     out = {"homeai": __version__, "config": cfg.source, "backends": backend["backends"],
-           "gpu_offload": backend["gpu_offload"], "n_gpu_layers": cfg.model.n_gpu_layers,
+           "gpu_offload": backend["gpu_offload"],
+           "n_gpu_layers": gpu.describe_offload(cfg.model, backend["gpu_offload"]),
+           "cuda_graphs": gpu.cuda_graphs(cfg.model, backend["gpu_offload"]).reason,
            "use_extra_bufts": cfg.model.use_extra_bufts, "cpu_features": backend["system_info"],
            "threads": _threads(cfg), "openmp_wait": threads.wait_policy()}
     try:
@@ -61,8 +64,11 @@ def _threads(cfg: Config) -> str:
 
 
 def _speech_model(cfg: Config) -> str:
-    from homeai.speech.stt import SpeechModelError, resolve_model_dir
+    from homeai.speech.base import SpeechModelError, libraries_missing, resolve_model_dir
 
+    missing = libraries_missing()
+    if missing is not None:
+        return f"UNAVAILABLE: {missing}"
     try:
         folder = resolve_model_dir(cfg.speech)
     except SpeechModelError as e:
@@ -72,7 +78,8 @@ def _speech_model(cfg: Config) -> str:
 
 def render(info: dict) -> str:
     labels = {"homeai": "homeai version", "config": "config file", "backends": "llama.cpp backends",
-              "gpu_offload": "GPU offload available", "n_gpu_layers": "layers offloaded (config)",
+              "gpu_offload": "GPU offload available", "n_gpu_layers": "layers offloaded",
+              "cuda_graphs": "CUDA graphs",
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
               "model": "generation model", "embedding_model": "embedding model",
@@ -87,6 +94,6 @@ def render(info: dict) -> str:
             value = "yes" if value else "no"
         lines.append(f"{label:28} {value}")
     if not info["gpu_offload"]:
-        lines.append("hint: this llama.cpp build is CPU-only; for a GPU reinstall llama-cpp-python with "
-                     "CMAKE_ARGS=\"-DGGML_CUDA=on\" (see README)")
+        lines.append("hint: this llama.cpp build is CPU-only; for an NVIDIA GPU reinstall llama-cpp-python with "
+                     "CMAKE_ARGS=\"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=<arch>\" (see README)")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from homeai.api.auth import current_member
 from homeai.api.deps import RuntimeDep
 from homeai.api.errors import ApiError
-from homeai.speech.stt import AudioError, SpeechBusy, Transcript
+from homeai.speech.base import AudioError, SpeechBusy, Transcript
 
 router = APIRouter(prefix="/v1/audio", tags=["audio"], dependencies=[Depends(current_member)])
 

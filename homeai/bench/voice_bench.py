@@ -92,7 +92,7 @@ def synthesise(text: str) -> bytes:
     """`text` spoken by espeak-ng, as PCM16 mono at 16 kHz."""
     if shutil.which("espeak-ng") is None:
         raise SystemExit("homeai bench voice needs espeak-ng (apt-get install espeak-ng)")
-    from homeai.speech.stt import resample
+    from homeai.speech.base import resample
 
     with tempfile.NamedTemporaryFile(suffix=".wav") as f:
         subprocess.run(["espeak-ng", "-w", f.name, text], check=True, capture_output=True, timeout=60)

