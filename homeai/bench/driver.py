@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from homeai.bench.policies import make_scheduler
 from homeai.bench.workloads import Spec, Workload, prompt_tokens
 from homeai.sched.costmodel import StepCostModel
+from homeai.sched.pools import Pool
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 from homeai.sched.scheduler import QueueFull, SchedulerLimits, StepPlan, StepResult
 from lanes.base import LanePolicy
@@ -83,8 +84,8 @@ class SimRunner:
         pass
 
     def run(self, plan: StepPlan) -> StepResult:
-        samples = {i.request_id: Sample(1000) for i in plan.items if i.sample}
-        embeds = {i.request_id: [0.0] for i in plan.embed_items}
+        samples = {i.request_id: Sample(1000) for i in plan.generating if i.sample}
+        embeds = {i.request_id: [0.0] for i in plan.batches[Pool.EMBED]}
         elapsed = 0.0 if plan.empty else self.model.predict_ms(plan.shape)
         return StepResult(samples, embeds, elapsed_ms=elapsed)
 
@@ -133,20 +134,20 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
             nxt = sched.next_wakeup(now)
             if nxt is not None and nxt > now:
                 wake.append(nxt)
-            if plan.release or plan.embed_release or plan.done:
+            if not plan.idle:
                 runner.run(plan)
             clock.sleep_until(min(wake) if wake else now + 0.001)
             continue
         backlogged = sorted({r.member for r in sched.requests.values()})
         by_member: dict[str, int] = {}
-        for item in [*plan.items, *plan.embed_items]:
+        for item in plan.items:
             member = live[item.request_id].member
             by_member[member] = by_member.get(member, 0) + len(item.tokens)
         result = runner.run(plan)
         end = clock.advance(result.elapsed_ms / 1000.0)
         outputs = sched.update(plan, result, end)
-        steps.append(StepRecord(now, end, plan.num_tokens, sum(1 for x in plan.items if len(x.tokens) == 1 and x.sample),
-                                len(plan.items) + len(plan.embed_items), _cells_used(sched), plan.budget,
+        steps.append(StepRecord(now, end, plan.num_tokens, sum(1 for x in plan.generating if len(x.tokens) == 1 and x.sample),
+                                len(plan.items), _cells_used(sched), plan.budget,
                                 by_member, backlogged))
         for out in outputs:
             rec = records[out.request.request_id]
@@ -162,8 +163,7 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
 
 def _cells_used(sched) -> int:
     """KV cells in use over both caches (the interactive lanes may have their own)."""
-    extra = sched.interactive_kv.num_used_cells if sched.split else 0
-    return sched.kv.num_used_cells + extra
+    return sum(sched.pools.cells_used(pool) for pool in sched.pools.generating)
 
 
 def _finish(rec: RequestRecord, request: Request, now: float, live: dict, progress) -> None:

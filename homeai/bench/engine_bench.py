@@ -79,7 +79,7 @@ def planning_cost(num_waiting: int = 256, num_running: int = 64, steps: int = 20
 
 def _fake(plan) -> StepResult:
     ms = sum(c * x for c, x in zip(PROFILES["gpu-consumer-8b"], plan.shape))
-    return StepResult(samples={i.request_id: Sample(7) for i in plan.items if i.sample}, elapsed_ms=ms)
+    return StepResult(samples={i.request_id: Sample(7) for i in plan.generating if i.sample}, elapsed_ms=ms)
 
 
 def report(rows: list[dict], plan_cost: dict) -> str:

@@ -1,4 +1,4 @@
-"""The policies a benchmark compares, as variations of the one scheduler.
+"""The policies a benchmark compares, each a `Policy` (homeai/sched/policy.py) for the one scheduler.
 
 * `homeai`: the scheduler as it ships (lanes, fair share, adaptive chunked prefill).
 * `fifo`: continuous batching in arrival order with a fixed step budget, as llama.cpp's
@@ -6,96 +6,46 @@
 * `static`: fixed batches that wait for their longest member before the next batch starts.
 * `serial`: one request at a time, as llama-cpp-python's server does.
 
-The baselines admit at once (no batching windows), never preempt for priority, and keep
-one KV cache for every request (homeai may give interactive lanes a cache of their own).
+The baselines see every lane as one class (no interactive priority, no reserve, no preemption
+for priority: a full cache preempts the latest admitted), admit at once (no batching windows),
+and keep one KV cache for every request (homeai may give interactive lanes a cache of their own).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
+from homeai.sched.policy import Policy
 from homeai.sched.request import Request
-from homeai.sched.scheduler import Scheduler, SchedulerLimits, StepPlan
-from lanes.base import LanePolicy
+from homeai.sched.scheduler import Scheduler, SchedulerLimits
+from lanes.base import BACKGROUND, LanePolicy
 
 
-class FifoScheduler(Scheduler):
-    def _budget(self, decoding: list[Request], now: float) -> int:
-        return self.limits.max_step_tokens
+class Fifo:
+    def order(self, partial: list[Request], waiting: dict[str, deque[Request]]) -> list[Request] | None:
+        return partial + sorted((r for q in waiting.values() for r in q), key=lambda r: r.arrival_time)
 
-    def _fill(self, plan: StepPlan, now: float, *, interactive: bool, budget: int) -> int:
-        if interactive:
-            return 0  # one class: everything is filled below, in arrival order
-        used = 0
-        for request in self._in_order():
-            if used >= budget:
-                break
-            n = self._place(plan, request, budget - used)
-            if n == 0 and not request.kind.value == "embed":
-                break  # strict arrival order: nothing overtakes a request that cannot go
-            used += n
-        return used
-
-    def _in_order(self) -> list[Request]:
-        partial = [r for r in [*self.running, *self.embedding] if not r.is_decoding]
-        waiting = sorted((r for q in self.waiting.values() for r in q), key=lambda r: r.arrival_time)
-        return partial + waiting
-
-    def _admit(self, request: Request) -> bool:
-        if not self._admission_open():
-            return False
-        if not self._fits(request.num_tokens, False):
-            return False
-        queue: deque = self.waiting[request.lane]
-        queue.remove(request)
-        request.seq_id = self.kv.admit(request.num_tokens)
-        request.status = request.status.__class__.RUNNING
-        request.admitted_time = request.admitted_time or self._now
-        self.running.append(request)
-        self._admitted()
+    def admission_open(self, *, num_running: int, num_admitted: int, began_idle: bool) -> bool:
         return True
 
-    def _admission_open(self) -> bool:
-        return True
-
-    def _admitted(self) -> None:
-        pass
-
-    def _victim(self, pool=None) -> Request | None:
-        return self.running[-1] if self.running else None
-
-    def _background_usable(self, now: float, room: int) -> int | None:
-        return None  # no reserve: one class
+    def budget(self, max_step_tokens: int) -> int | None:
+        return max_step_tokens
 
 
-class SerialScheduler(FifoScheduler):
-    def _admission_open(self) -> bool:
-        return not self.running
+class Serial(Fifo):
+    def admission_open(self, *, num_running: int, num_admitted: int, began_idle: bool) -> bool:
+        return num_running == 0
 
 
-class StaticScheduler(FifoScheduler):
+@dataclass(frozen=True)
+class Static(Fifo):
     """Admit a batch only when the previous one has wholly finished."""
 
-    def __init__(self, policies, limits, batch_size: int = 8):
-        super().__init__(policies, limits)
-        self.batch_size = batch_size
-        self._open = True
-        self._admitted_this_batch = 0
+    batch_size: int = 8
 
-    def schedule(self, now: float) -> StepPlan:
-        if not self.running:
-            self._open, self._admitted_this_batch = True, 0
-        plan = super().schedule(now)
-        if self.running:
-            self._open = False
-        return plan
-
-    def _admission_open(self) -> bool:
-        return self._open and self._admitted_this_batch < self.batch_size
-
-    def _admitted(self) -> None:
-        self._admitted_this_batch += 1
+    def admission_open(self, *, num_running: int, num_admitted: int, began_idle: bool) -> bool:
+        return began_idle and num_admitted < self.batch_size
 
 
 POLICIES = ("serial", "static", "fifo", "homeai")
@@ -105,12 +55,10 @@ def make_scheduler(policy: str, lanes: dict[str, LanePolicy], limits: SchedulerL
                    static_batch: int = 8) -> Scheduler:
     if policy == "homeai":
         return Scheduler(lanes, limits)
+    rules: dict[str, Policy] = {"fifo": Fifo(), "serial": Serial(), "static": Static(static_batch)}
+    if policy not in rules:
+        raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
     limits = replace(limits, interactive_cells=0)  # the peers keep one cache for every request
-    flat = {name: replace(p, window_ms=0.0, max_queue=100_000) for name, p in lanes.items()}
-    if policy == "fifo":
-        return FifoScheduler(flat, limits)
-    if policy == "serial":
-        return SerialScheduler(flat, limits)
-    if policy == "static":
-        return StaticScheduler(flat, limits, static_batch)
-    raise ValueError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    flat = {name: replace(p, lane_class=BACKGROUND, priority=0, window_ms=0.0, max_queue=100_000)
+            for name, p in lanes.items()}
+    return Scheduler(flat, limits, rules[policy])

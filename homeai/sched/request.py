@@ -59,6 +59,8 @@ class Request:
     arrival_time: float
     kind: Kind = Kind.GENERATE
     params: SamplingParams = field(default_factory=SamplingParams)
+    interactive: bool = False  # its lane's class (set from the lane's policy when it is added)
+    priority: int = 0  # its lane's priority: lower goes first, and is preempted last
     output_tokens: list[int] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     num_computed_tokens: int = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from homeai.sched.pools import Pool
 from homeai.sched.request import Request, SamplingParams
 from homeai.sched.scheduler import Scheduler, SchedulerLimits
 from lanes import DEFAULT_POLICIES
@@ -80,7 +81,7 @@ def batched_run(runner, tokens, forced, *, others_tokens, interactive_cells=0) -
     sched = drive(runner, schedule, max_step_tokens=64, interactive_cells=interactive_cells)
     assert target.output_tokens == list(forced)
     if interactive_cells:
-        assert sched.interactive_kv.num_cells == interactive_cells
+        assert sched.pools.kv[Pool.INTERACTIVE].num_cells == interactive_cells
     return [s.logits for s in target.samples]
 
 
@@ -195,8 +196,9 @@ def test_a_step_without_a_slot_in_one_cache_is_undone_in_the_other(runner, monke
         sched.update(plan, runner.run(plan), now)
         now += 0.1
     plan = sched.schedule(now)
-    assert {i.request_id for i in plan.items} == {"chat", "summary"} and chat.seq_id >= 16 > summary.seq_id
-    chat_pos = llama_cpp.llama_memory_seq_pos_max(runner.imemory, chat.seq_id - 16)
+    assert [i.request_id for i in plan.batches[Pool.INTERACTIVE]] == ["chat"]
+    assert [i.request_id for i in plan.batches[Pool.MAIN]] == ["summary"]
+    chat_pos = llama_cpp.llama_memory_seq_pos_max(runner.imemory, chat.seq_id)
     real_decode = llama_cpp.llama_decode
 
     def main_cache_full(ctx, batch):
@@ -206,7 +208,7 @@ def test_a_step_without_a_slot_in_one_cache_is_undone_in_the_other(runner, monke
     result = runner.run(plan)
     monkeypatch.undo()
     assert result.no_kv_slot and not result.samples
-    assert llama_cpp.llama_memory_seq_pos_max(runner.imemory, chat.seq_id - 16) == chat_pos, "the chat's token stayed"
+    assert llama_cpp.llama_memory_seq_pos_max(runner.imemory, chat.seq_id) == chat_pos, "the chat's token stayed"
     sched.update(plan, result, now)
     for _ in range(200):
         if not sched.has_work():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from homeai.engine.engine import InvalidRequest, PromptTooLong, TokenEvent
+from homeai.sched.pools import Pool
 from homeai.sched.request import SamplingParams
 from homeai.sched.scheduler import QueueFull
 
@@ -61,7 +62,7 @@ def test_async_streams_run_concurrently(runner, make_engine):
 
     results = asyncio.run(main())
     assert all(f.reason in ("stop", "length") and text for text, f in results)
-    assert engine.scheduler.kv.num_used_cells == 0
+    assert engine.scheduler.pools.cells_used(Pool.MAIN) == 0
 
 
 def test_abort_frees_the_sequence_and_others_carry_on(runner, make_engine):
@@ -76,7 +77,7 @@ def test_abort_frees_the_sequence_and_others_carry_on(runner, make_engine):
     assert len(long_one.request.output_tokens) < 200
     list(other)
     assert other.finished.reason in ("stop", "length")
-    assert engine.scheduler.kv.num_used_cells == 0 and not engine.scheduler.running
+    assert engine.scheduler.pools.cells_used(Pool.MAIN) == 0 and not engine.scheduler.running
 
 
 def test_embeddings_have_the_model_dimension_and_are_deterministic(runner, make_engine):
@@ -107,7 +108,7 @@ def test_an_embedding_chunked_over_small_steps_equals_the_one_step_embedding(run
     assert num_tokens > 3 * 32, "the input spans several steps"
     cosine = float(np.dot(whole[0], chunked[0]) / np.linalg.norm(whole[0]) / np.linalg.norm(chunked[0]))
     assert cosine > 0.9999, cosine
-    assert not engine.scheduler.embed_kv.allocated
+    assert not engine.scheduler.pools.kv[Pool.EMBED].allocated
 
 
 def test_bad_input_gets_clear_errors_and_the_engine_keeps_serving(runner, make_engine):

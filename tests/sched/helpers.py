@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from homeai.sched.pools import Pool
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 from homeai.sched.scheduler import Scheduler, SchedulerLimits, StepPlan, StepResult
 from lanes import DEFAULT_POLICIES
@@ -36,36 +37,34 @@ class FakeRunner:
     def __init__(self, step_ms: float = 10.0, cost=None):
         self.step_ms = step_ms
         self.cost = cost  # a StepShape's milliseconds, if steps are not all step_ms long
-        self.positions: dict[int, int] = {}  # seq id -> next position expected (KV the "model" holds)
+        self.positions: dict[tuple[Pool, int], int] = {}  # (pool, seq id) -> next position expected (KV held)
         self.plans: list[StepPlan] = []
-        self.embed_positions: dict[int, int] = {}  # the same for the embedding context
         self.pooled: dict[str, int] = {}  # tokens embedded so far per input
 
     def run(self, plan: StepPlan) -> StepResult:
         self.plans.append(plan)
-        for seq in plan.release:
-            self.positions.pop(seq, None)
+        for pool, seqs in plan.release.items():
+            for seq in seqs:
+                self.positions.pop((pool, seq), None)
         result = StepResult(elapsed_ms=self.cost(plan.shape) if self.cost else self.step_ms)
-        seqs = [i.seq_id for i in plan.items]
-        assert len(seqs) == len(set(seqs)), "a sequence appears twice in one step"
-        for item in plan.items:
-            expected = self.positions.get(item.seq_id, 0)
-            assert item.start == expected, f"{item.request_id}: position {item.start}, KV holds {expected}"
-            self.positions[item.seq_id] = item.start + len(item.tokens)
-            if item.sample:
-                result.samples[item.request_id] = Sample(token_for(item.request_id, item.start + len(item.tokens)))
-        for seq in plan.embed_release:
-            self.embed_positions.pop(seq, None)
-        embed_seqs = [i.seq_id for i in plan.embed_items]
-        assert len(embed_seqs) == len(set(embed_seqs)), "an embedding sequence appears twice in one step"
-        for item in plan.embed_items:  # the "embedding" is the number of tokens pooled
-            expected = self.embed_positions.get(item.seq_id, 0)
-            assert item.start == expected, f"{item.request_id}: embedding chunk at {item.start}, cells hold {expected}"
-            self.embed_positions[item.seq_id] = item.start + len(item.tokens)
-            self.pooled[item.request_id] = self.pooled.get(item.request_id, 0) + len(item.tokens)
-            if item.sample:
-                result.embeddings[item.request_id] = [float(self.pooled.pop(item.request_id))]
+        for pool, items in plan.batches.items():
+            seqs = [i.seq_id for i in items]
+            assert len(seqs) == len(set(seqs)), f"a sequence appears twice in one step of {pool}"
+            for item in items:
+                expected = self.positions.get((pool, item.seq_id), 0)
+                assert item.start == expected, f"{item.request_id}: position {item.start}, {pool} holds {expected}"
+                self.positions[pool, item.seq_id] = item.start + len(item.tokens)
+                if pool is Pool.EMBED:  # the "embedding" is the number of tokens pooled
+                    self.pooled[item.request_id] = self.pooled.get(item.request_id, 0) + len(item.tokens)
+                    if item.sample:
+                        result.embeddings[item.request_id] = [float(self.pooled.pop(item.request_id))]
+                elif item.sample:
+                    result.samples[item.request_id] = Sample(token_for(item.request_id, item.start + len(item.tokens)))
         return result
+
+    def holds(self, pool: Pool) -> bool:
+        """The fake model holds KV in this pool's cache."""
+        return any(p is pool for p, _ in self.positions)
 
 
 def step(sched: Scheduler, runner: FakeRunner, now: float):

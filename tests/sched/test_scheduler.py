@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from homeai.sched.costmodel import StepCostModel, StepShape
+from homeai.sched.pools import Pool
 from homeai.sched.request import Kind, Status
-from homeai.sched.scheduler import READERS_AIM, SHARED_PACE, STEP_AIM, QueueFull
+from homeai.sched.pacing import PaceTuning
+from homeai.sched.scheduler import QueueFull
 from tests.sched.helpers import (FakeRunner, create_request, create_scheduler, run_until_idle, step,
                                  token_for)
 
@@ -133,19 +135,19 @@ def test_preemption_frees_cells_and_the_request_finishes_with_the_same_output():
     while len(background.output_tokens) < 10:
         step(sched, runner, now)
         now += 0.01
-    used_before = sched.kv.num_used_cells
+    used_before = sched.pools.kv[Pool.MAIN].num_used_cells
     chat = create_request(lane="chat", num_prompt=100, max_tokens=5, arrival=now)
     sched.add_request(chat)
     now += 0.01  # past the chat lane's busy window
     plan, _ = step(sched, runner, now)
     assert background.num_preemptions == 1 and background.status is Status.WAITING
-    assert len(plan.release) == 1 and used_before == 129  # its sequence is released this step
-    assert sched.kv.num_used_cells == chat.num_computed_tokens == 100
+    assert len(plan.release[Pool.MAIN]) == 1 and used_before == 129  # its sequence is released this step
+    assert sched.pools.kv[Pool.MAIN].num_used_cells == chat.num_computed_tokens == 100
     run_until_idle(sched, runner, now)
     assert chat.finished and background.finished
     expected = [token_for(background.request_id, 120 + k) for k in range(30)]
     assert background.output_tokens == expected, "tokens were lost or repeated across preemption"
-    assert sched.kv.num_used_cells == 0 and len(sched.kv.free_seq_ids) == 4
+    assert sched.pools.kv[Pool.MAIN].num_used_cells == 0 and len(sched.pools.kv[Pool.MAIN].free_seq_ids) == 4
 
 
 def test_abort_frees_the_sequence_within_one_step():
@@ -157,8 +159,8 @@ def test_abort_frees_the_sequence_within_one_step():
     assert seq is not None
     sched.abort(request.request_id, now=0.02)
     plan, _ = step(sched, runner, 0.02)
-    assert seq in plan.release and request.request_id in plan.done
-    assert request.finish_reason == "abort" and sched.kv.num_used_cells == 0
+    assert seq in plan.release[Pool.MAIN] and request.request_id in plan.done
+    assert request.finish_reason == "abort" and sched.pools.kv[Pool.MAIN].num_used_cells == 0
     assert not plan.items
 
 
@@ -190,14 +192,14 @@ def test_background_waits_for_its_window_or_a_full_batch():
     plan, _ = step(sched, runner, 0.0)
     assert plan.empty and sched.next_wakeup(0.0) == pytest.approx(window)
     plan, _ = step(sched, runner, window)
-    assert [i.request_id for i in plan.embed_items] == [first.request_id]
+    assert [i.request_id for i in plan.batches[Pool.EMBED]] == [first.request_id]
     max_batch = sched.policies["embeddings"].max_batch
     batch = [create_request(lane="embeddings", num_prompt=8, kind=Kind.EMBED, arrival=1.0)
              for _ in range(max_batch)]
     for r in batch:
         sched.add_request(r)
     plan, _ = step(sched, runner, 1.0)
-    assert len(plan.embed_items) == min(max_batch, sched.limits.embed_max_seqs)
+    assert len(plan.batches[Pool.EMBED]) == min(max_batch, sched.limits.embed_max_seqs)
 
 
 def test_interactive_admits_at_once_when_idle():
@@ -217,7 +219,8 @@ def test_embeddings_larger_than_a_step_are_chunked_and_pooled_over_every_token()
     assert [r.embedding for r in reqs] == [[5.0], [50.0], [300.0]]
     assert max(p.num_tokens for p in runner.plans) <= 64, "no step carries more than its budget"
     step(sched, runner, 99.0)  # the last release goes out with the next plan
-    assert not sched.embed_kv.allocated and not runner.embed_positions, "every input's cells were released"
+    assert not sched.pools.kv[Pool.EMBED].allocated, "every input's cells were released"
+    assert not runner.holds(Pool.EMBED)
 
 
 def test_an_aborted_embedding_in_flight_releases_its_cells():
@@ -225,10 +228,10 @@ def test_an_aborted_embedding_in_flight_releases_its_cells():
     embed = create_request(lane="embeddings", num_prompt=200, kind=Kind.EMBED)
     sched.add_request(embed)
     step(sched, runner, 1.0)  # past the lane's batching window
-    assert 0 < embed.num_computed_tokens < 200 and sched.embed_kv.allocated
+    assert 0 < embed.num_computed_tokens < 200 and sched.pools.kv[Pool.EMBED].allocated
     sched.abort(embed.request_id)
     plan, _ = step(sched, runner, 1.1)
-    assert plan.embed_release and not sched.embed_kv.allocated and not sched.has_work()
+    assert plan.release[Pool.EMBED] and not sched.pools.kv[Pool.EMBED].allocated and not sched.has_work()
 
 
 def test_atomic_embeddings_complete_in_their_step():
@@ -238,7 +241,7 @@ def test_atomic_embeddings_complete_in_their_step():
         sched.add_request(r)
     run_until_idle(sched, runner)
     assert [r.embedding for r in reqs] == [[5.0], [50.0], [300.0]]
-    sizes = sorted(len(i.tokens) for p in runner.plans for i in p.embed_items)
+    sizes = sorted(len(i.tokens) for p in runner.plans for i in p.batches[Pool.EMBED])
     assert sizes == [5, 50, 300]
 
 
@@ -251,7 +254,7 @@ def test_no_kv_slot_keeps_nothing_and_the_work_completes():
     from homeai.sched.scheduler import StepResult
     sched.update(plan, StepResult(no_kv_slot=True), 0.01)
     for item in plan.items:  # the fake model forgets what llama.cpp rolled back
-        runner.positions.pop(item.seq_id, None)
+        runner.positions.pop((Pool.MAIN, item.seq_id), None)
     assert all(r.num_computed_tokens == 0 for r in requests)
     run_until_idle(sched, runner, 0.02)
     assert all(r.finished and len(r.output_tokens) == 6 for r in requests)
@@ -272,7 +275,8 @@ def test_interactive_decoding_keeps_steps_short():
     step(sched, runner, 1.1)
     short = plan.num_tokens
     context = sum(r.num_computed_tokens for r in sched.running)
-    grown = sched.cost.tokens_within(0.9 * sched.limits.max_step_ms, StepShape(0), context, new_decode=True)
+    aim = PaceTuning().background_aim * sched.limits.max_step_ms
+    grown = sched.cost.tokens_within(aim, StepShape(0), context, new_decode=True)
     plan, _ = step(sched, runner, 1.2)
     assert plan.num_tokens == min(grown, 256) > short, "with no interactive decode the step grows for throughput"
 
@@ -330,7 +334,7 @@ def test_a_background_request_that_cannot_fit_never_holds_back_interactive_prefi
     step(sched, runner, now)
     assert background.status is Status.WAITING, "the chat preempts the summary"
     while not chat.is_decoding:
-        assert not sched.kv.can_admit(background.num_tokens), "which cannot come back while the chat runs"
+        assert not sched.pools.fits(Pool.MAIN, background.num_tokens), "which cannot come back while the chat runs"
         now += 0.01
         left = chat.num_remaining
         plan, _ = step(sched, runner, now)
@@ -340,7 +344,7 @@ def test_a_background_request_that_cannot_fit_never_holds_back_interactive_prefi
 
 
 def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_background():
-    """Interactive lanes get a cache of their own: sequence ids after the main cache's, no
+    """Interactive lanes get a cache of their own: sequence ids of its own, no
     preemption of a summary for a chat, and each token costed over its own cache's cells."""
     sched, runner = create_scheduler(num_cells=300, num_seqs=4, interactive_cells=200), FakeRunner()
     background = create_request(lane="summaries", num_prompt=250, max_tokens=40, arrival=0.0)
@@ -353,9 +357,10 @@ def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_backgro
     sched.add_request(chat)
     now += 0.01
     plan, _ = step(sched, runner, now)
-    assert background.num_preemptions == 0 and background.seq_id < 4 <= chat.seq_id
-    assert sched.kv.num_used_cells == background.num_computed_tokens
-    assert sched.interactive_kv.num_used_cells == 150
+    assert background.num_preemptions == 0
+    assert {i.request_id for i in plan.batches[Pool.INTERACTIVE]} == {chat.request_id}
+    assert sched.pools.kv[Pool.MAIN].num_used_cells == background.num_computed_tokens
+    assert sched.pools.kv[Pool.INTERACTIVE].num_used_cells == 150
     # While the chat's prompt is read, the summary's decode waits (it would cost a second decode call).
     assert plan.shape.decodes == 1 and plan.shape.tokens == chat.num_computed_tokens
     assert plan.shape.token_kcells == 0  # the chat's chunk attends over none of the summary's cells
@@ -368,7 +373,7 @@ def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_backgro
     assert plan.shape.token_kcells == (background.num_computed_tokens - 1 + chat.num_computed_tokens - 1) / 1000
     run_until_idle(sched, runner, now)
     assert chat.finished and background.finished and len(background.output_tokens) == 40
-    assert sched.kv.num_used_cells == 0 and sched.interactive_kv.num_used_cells == 0
+    assert sched.pools.kv[Pool.MAIN].num_used_cells == 0 and sched.pools.kv[Pool.INTERACTIVE].num_used_cells == 0
 
 
 def _taught(sched, cost):
@@ -443,7 +448,7 @@ def test_readers_admitted_at_once_keep_their_pace_as_they_grow():
     for i in range(40):  # a first wave teaches the lane its typical length (~100 tokens)
         sched.add_request(create_request(lane="chat", member=f"m{i % 4}", num_prompt=30, max_tokens=100))
     now = run_until_idle(sched, runner)
-    assert 90 < sched._typical_output["chat"] <= 100
+    assert 90 < sched.typical_output("chat") <= 100
     burst = [create_request(lane="chat", member=f"m{i % 4}", num_prompt=30, max_tokens=100, arrival=now)
              for i in range(30)]
     for r in burst:
@@ -465,13 +470,14 @@ def _slow_cpu(shape):  # a large model on a CPU: the weights' pass alone is most
 
 def test_on_a_machine_too_slow_for_the_reading_pace_chats_share_the_steps():
     """Where one reader's decode alone takes most of the inter-token target, readers are still
-    let in together, each held to SHARED_PACE times a lone reader's step, rather than each
+    let in together, each held to `shared_pace` times a lone reader's step, rather than each
     waiting for the one before it to finish (which is a one-at-a-time server)."""
     sched = _taught(create_scheduler(num_cells=8192, num_seqs=32, interactive_cells=8192), _slow_cpu)
     runner = FakeRunner(cost=_slow_cpu)
     lone = _slow_cpu(StepShape(1, 1, 0.0, 1))
-    assert lone > READERS_AIM * sched.policies["chat"].itl_target_ms  # the target cannot be kept
-    assert sched.reading_pace("chat") == pytest.approx(SHARED_PACE * lone / READERS_AIM, rel=0.15)
+    tuning = PaceTuning()
+    assert lone > tuning.readers_aim * sched.policies["chat"].itl_target_ms  # the target cannot be kept
+    assert sched.reading_pace("chat") == pytest.approx(tuning.shared_pace * lone / tuning.readers_aim, rel=0.15)
     assert sched.reading_pace("summaries") is None
     chats = [create_request(lane="chat", member=f"m{i}", num_prompt=30, max_tokens=60) for i in range(12)]
     for r in chats:
@@ -483,7 +489,7 @@ def test_on_a_machine_too_slow_for_the_reading_pace_chats_share_the_steps():
         now += 0.2
         most = max(most, len(reading))
         if reading:
-            assert _slow_cpu(plan.shape) <= STEP_AIM / READERS_AIM * SHARED_PACE * lone * 1.05
+            assert _slow_cpu(plan.shape) <= tuning.step_aim / tuning.readers_aim * tuning.shared_pace * lone * 1.05
     assert all(r.finished for r in chats) and 3 < most < 12, most
 
 
@@ -524,18 +530,6 @@ def test_a_voice_question_is_let_in_beside_chats_at_their_pace():
     assert voice.status is Status.RUNNING and voice.num_computed_tokens > 0
 
 
-@pytest.mark.parametrize("interactive_cells", [0, 2048])
-def test_the_decode_shape_is_what_the_decode_items_cost(interactive_cells):
-    sched, runner, now, _, _ = _reader_beside_document(interactive_cells, 300, cost=_cpu)
-    sched.add_request(create_request(lane="chat", member="carol", num_prompt=40, max_tokens=50, arrival=now))
-    for _ in range(5):
-        now += 0.01
-        decoding = [r for r in sched.running if r.is_decoding]
-        plan, _ = step(sched, runner, now)
-        items = [i for i in plan.items if i.request_id in {r.request_id for r in decoding}]
-        assert sched._decode_shape() == sched._shape(items, [])
-
-
 class _PoisonedCost(StepCostModel):
     """A fit a noisy neighbour poisoned that never learns again: every step a minute and more."""
 
@@ -572,3 +566,78 @@ def test_a_cost_model_predicting_absurd_steps_still_serves_every_lane_within_its
     for r in requests:
         waited_ms = (r.first_token_time - r.arrival_time) * 1000
         assert waited_ms <= sched.policies[r.lane].ttft_target_ms, (r.lane, waited_ms)
+
+
+def test_a_chat_let_in_holds_background_decodes_back_from_its_first_step():
+    """Every rule of a step reads the same eligibility: the chat that becomes eligible this step
+    (and is read in it) is also what makes the summary's decode wait, not the cutoffs of the
+    step before, when the chat was still inside its batching window."""
+    sched, runner = create_scheduler(num_cells=300, num_seqs=4, interactive_cells=200), FakeRunner()
+    background = create_request(lane="summaries", num_prompt=100, max_tokens=40, arrival=0.0)
+    sched.add_request(background)
+    now = 0.0
+    while not background.is_decoding:
+        step(sched, runner, now)
+        now += 0.01
+    chat = create_request(lane="chat", num_prompt=50, max_tokens=5, arrival=now)
+    sched.add_request(chat)
+    plan, _ = step(sched, runner, now)  # the engine is busy: the chat waits out its window
+    assert chat.status is Status.WAITING and background.request_id in {i.request_id for i in plan.items}
+    plan, _ = step(sched, runner, now + 0.01)
+    assert {i.request_id for i in plan.items} == {chat.request_id}, "the summary's decode waits for the chat's prompt"
+
+
+def test_a_hold_on_background_runs_only_steps_with_interactive_work():
+    """The voice turn's pause: background waits, its cells kept, while nothing interactive runs;
+    an interactive request brings steps back, with background beside it."""
+    sched, runner = create_scheduler(), FakeRunner()
+    summary = create_request(lane="summaries", num_prompt=40, max_tokens=20)
+    sched.add_request(summary)
+    now = 0.0
+    while not summary.is_decoding:
+        step(sched, runner, now)
+        now += 0.01
+    computed = summary.num_computed_tokens
+    for _ in range(3):
+        plan = sched.schedule(now, hold_background=True)
+        assert plan.empty and plan.budget == 0
+        now += 0.01
+    assert summary.num_computed_tokens == computed and summary.seq_id is not None, "its cells are kept"
+    chat = create_request(lane="chat", num_prompt=20, max_tokens=3, arrival=now)
+    sched.add_request(chat)
+    plan = sched.schedule(now + 0.01, hold_background=True)
+    assert {i.request_id for i in plan.items} == {chat.request_id, summary.request_id}
+
+
+class _OneAtATime:
+    """A policy through the public protocol: arrival order, one request at a time, 24 tokens a step."""
+
+    def order(self, partial, waiting):
+        return partial + sorted((r for q in waiting.values() for r in q), key=lambda r: r.arrival_time)
+
+    def admission_open(self, *, num_running, num_admitted, began_idle):
+        return num_running == 0
+
+    def budget(self, max_step_tokens):
+        return 24
+
+
+def test_a_policy_sets_the_order_admission_and_budget():
+    from dataclasses import replace
+
+    from homeai.sched.scheduler import Scheduler, SchedulerLimits
+    from lanes import BACKGROUND, DEFAULT_POLICIES
+
+    lanes = {name: replace(p, lane_class=BACKGROUND, window_ms=0.0) for name, p in DEFAULT_POLICIES.items()}
+    limits = SchedulerLimits(num_cells=4096, num_seqs=16, max_step_tokens=256, embed_max_tokens=512, embed_max_seqs=16)
+    sched, runner = Scheduler(lanes, limits, _OneAtATime()), FakeRunner()
+    requests = [create_request(lane=lane, member=f"m{i}", num_prompt=40, max_tokens=5, arrival=0.1 * (3 - i))
+                for i, lane in enumerate(["summaries", "chat", "voice"])]  # the voice question arrived first
+    for r in requests:
+        sched.add_request(r)
+    now = 1.0
+    while sched.has_work():
+        plan, _ = step(sched, runner, now)
+        now += 0.01
+        assert plan.budget == 24 and len(sched.running) <= 1
+    assert [r.finish_time for r in reversed(requests)] == sorted(r.finish_time for r in requests)

@@ -1,0 +1,128 @@
+"""Admission: whether a waiting request gets a sequence and cells this step.
+
+A request is admitted when its policy's admission is open, its cells fit (leaving a cell per
+decoding sequence for the next step, and with one cache for all, the sequence ids background
+keeps), and, for an interactive request, the readers keep their pace with it (`pacing.py`).
+With one cache for every lane, an interactive request that does not fit preempts background
+down to its minimum share (`share.py`). Once a request of a class is refused, a larger one of
+that class is not tried again in the same step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from homeai.sched.pacing import Pacing
+from homeai.sched.policy import Policy
+from homeai.sched.pools import KVPools, Pool
+from homeai.sched.request import Kind, Request
+from homeai.sched.share import BackgroundShare
+from homeai.sched.step import Admissions, Step
+from lanes.base import LanePolicy
+
+
+class Admission:
+    def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
+                 pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool):
+        self.policies, self.waiting, self.pools = policies, waiting, pools
+        self.pacing, self.share, self.policy, self.embed_chunked = pacing, share, policy, embed_chunked
+        self._targets = {name: p.itl_target_ms for name, p in policies.items()}
+
+    def admit(self, request: Request, step: Step, preempt: Callable[[Request], None]) -> bool:
+        """Admit a waiting generation request now, if it may be (`preempt` gives way a victim)."""
+        memo, interactive = step.admissions, request.interactive
+        if not self.policy.admission_open(num_running=len(self.pools.running), num_admitted=memo.num_admitted,
+                                          began_idle=step.began_idle):
+            return False
+        if request.num_tokens >= memo.failed_need[interactive]:
+            return False  # a smaller request of this class already could not get in this step
+        if interactive and not self.keeps_pace(request, step):
+            memo.failed_need[interactive] = request.num_tokens
+            return False
+        while not self.fits(request.num_tokens, interactive, step):
+            if not interactive or self.pools.separate or not self._preempt_background(preempt):
+                memo.failed_need[interactive] = request.num_tokens
+                return False
+        self.waiting[request.lane].remove(request)
+        self.pools.admit(request)
+        request.admitted_time = request.admitted_time or step.now
+        memo.num_admitted += 1
+        return True
+
+    def admit_embedding(self, request: Request, step: Step) -> bool:
+        if not self.pools.fits(Pool.EMBED, request.num_tokens):
+            return False
+        self.waiting[request.lane].remove(request)
+        self.pools.admit(request)
+        request.admitted_time = request.admitted_time or step.now
+        return True
+
+    def keeps_pace(self, request: Request, step: Step) -> bool:
+        memo: Admissions = step.admissions
+        if memo.readers is None or memo.readers[0] != self.pools.version:  # the running set changed
+            memo.readers = self.pools.version, self.pacing.readers(self.pools.running, self._targets,
+                                                                   self.pools.separate)
+        return self.pacing.readers_keep_pace(step.cost, memo.readers[1], request, self._targets[request.lane],
+                                             self.pools.separate)
+
+    def fits(self, num_cells: int, interactive: bool, step: Step) -> bool:
+        """A free sequence id and cells for it, leaving a cell per decoding sequence for the next step."""
+        pool = self.pools.of_class(interactive)
+        num_free = self.pools.num_free_seqs(pool)
+        if not num_free or not self.pools.fits(pool, num_cells, step.num_decoding.get(pool, 0)):
+            return False
+        if interactive and not self.pools.separate:
+            return num_free > self.share.seq_reserve(self.waiting)
+        return True
+
+    def _preempt_background(self, preempt: Callable[[Request], None]) -> bool:
+        """Preempt for an interactive request, unless background is down to its minimum share."""
+        victim = self.pools.victim(Pool.MAIN)
+        if victim is None or victim.interactive or not self.share.may_preempt():
+            return False
+        preempt(victim)
+        return True
+
+    def prompt_can_go(self, step: Step) -> bool:
+        """An interactive prompt is part-read, or an eligible one would be admitted now. One that
+        would not (its cache full, or the readers at their pace) is no reason to hold background
+        back or to size the step for it."""
+        if any(r.interactive and not r.is_decoding for r in self.pools.running):
+            return True
+        decoding = sum(1 for r in self.pools.running if r.is_decoding and r.interactive)
+        for lane, queue in self.waiting.items():
+            if not queue or not self.policies[lane].interactive or not step.eligible(queue[0]):
+                continue
+            head = queue[0]
+            if self.pools.separate and not self.pools.fits(Pool.INTERACTIVE, head.num_tokens, decoding):
+                continue  # without a cache of its own, it may take background cells
+            if self.keeps_pace(head, step):
+                return True
+        return False
+
+    def background_usable(self, step: Step, room: int) -> int | None:
+        """How many tokens background prefill or embedding work could take this step (so a reserve
+        is not wasted); None when none is backlogged and eligible."""
+        if any(not r.interactive and not r.is_decoding for r in [*self.pools.running, *self.pools.embedding]):
+            return room
+        usable = None
+        for lane, queue in self.waiting.items():
+            if self.policies[lane].interactive or not queue:
+                continue
+            head = queue[0]
+            # A request that cannot get its cells now (say, preempted for the chat that holds
+            # them) could not use a reserve: keeping one would starve the chat, with nothing run.
+            admissible = head.kind is Kind.EMBED or self.fits(head.num_tokens, False, step)
+            if admissible and step.eligible(head):
+                if head.kind is not Kind.EMBED or self.embedding_may_go(head.num_tokens, room, step):
+                    return room
+                usable = 0
+        return usable
+
+    def embedding_may_go(self, n: int, room: int, step: Step) -> bool:
+        """A chunked input goes in what is left of the step. An atomic one larger than that
+        overflows the step only when no interactive work is running or background is owed it."""
+        if self.embed_chunked or n <= room or self.share.atomic_may_overflow(n, step.overdue):
+            return True
+        return not any(r.interactive for r in self.pools.running)

@@ -1,0 +1,139 @@
+"""Pacing: how long a step may take, how many tokens it may carry, and how many readers fit.
+
+While interactive lanes decode, a step aims below their inter-token target (`step_aim` of
+their pace), and any prefill chunk that fits rides along (however small: the step's fixed cost
+is paid anyway). A new reader is let in only while the readers' decodes, each costed at its
+lane's typical output length (learnt from finished requests), take at most `readers_aim` of
+the pace, so the rest of the aim reads new prompts; past that, one more sequence would slow
+every reader below reading pace (and, with attention over every cell, lower throughput too).
+With no reader the step grows towards `max_step_ms` for throughput.
+
+On a machine too slow for a lane's target (a large model on a CPU: one reader's decode alone
+takes most of it), readers share the steps anyway rather than wait for each other to finish:
+the pace is then `shared_pace` times the step one reader takes alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from homeai.sched.costmodel import StepCostModel, StepShape
+from homeai.sched.request import Request
+
+
+@dataclass(frozen=True)
+class PaceTuning:
+    # Of the readers' pace, what a step aims at: the cost model's error and the machine's noise
+    # land on both sides of it. Lower keeps inter-token targets through noise; higher reads prompts faster.
+    step_aim: float = 0.8
+    # Of the pace, what the readers' decodes at typical length may take: lower leaves more of
+    # each step for reading new prompts; higher lets more readers decode at once.
+    readers_aim: float = 0.7
+    # On a machine too slow for the target, the pace as a multiple of a lone reader's step:
+    # higher lets more readers share the steps, each reading slower.
+    shared_pace: float = 2.0
+    # With no reader, of `max_step_ms`, what a step aims at: higher is more throughput, less margin.
+    background_aim: float = 0.9
+    # How far each finished request moves its lane's typical output length towards its own:
+    # higher learns a lane's change faster, and follows its outliers more.
+    typical_learning: float = 0.2
+    # After llama.cpp finds no KV slot the budget halves, down to this fraction, and doubles back
+    # with each step that runs: lower frees more room, at more steps of slow progress.
+    min_shrink: float = 1 / 64
+
+
+class Readers(NamedTuple):
+    """The running set as admission costs it."""
+
+    n: int  # interactive sequences running
+    priority: int  # the best (lowest) priority among them
+    target: float  # the tightest inter-token target among them (ms)
+    cells: int  # their cells at their typical length
+    background: int  # background sequences decoding
+    background_cells: int  # the cells background holds (or will, with one cache for all)
+
+
+class Pacing:
+    def __init__(self, typical: dict[str, float], max_step_ms: float, max_step_tokens: int, min_chunk: int,
+                 tuning: PaceTuning = PaceTuning()):
+        self.typical = dict(typical)  # per lane, its typical output length (learnt)
+        self.max_step_ms, self.max_step_tokens, self.min_chunk = max_step_ms, max_step_tokens, min_chunk
+        self.tuning = tuning
+        self.shrink = 1.0  # < 1 after llama.cpp found no KV slot
+
+    def pace(self, cost: StepCostModel, target_ms: float) -> float:
+        """The inter-token time readers are held to: their lane's target, or on a machine too slow
+        for it, what lets them share the steps (admission holds them to `readers_aim` of it)."""
+        lone = cost.predict_ms(StepShape(1, 1, 0.0, 1))
+        return max(target_ms, self.tuning.shared_pace * lone / self.tuning.readers_aim)
+
+    def aim(self, pace: float | None) -> float:
+        """A step's time target (ms): below the readers' pace, or near `max_step_ms` without readers."""
+        return self.tuning.step_aim * pace if pace is not None else self.tuning.background_aim * self.max_step_ms
+
+    def min_chunk_for(self, pace: float | None) -> int:
+        """The smallest prefill chunk worth placing: any, while readers pay the step's fixed cost anyway."""
+        return 1 if pace is not None else self.min_chunk
+
+    def budget(self, cost: StepCostModel, *, num_decoding: int, decodes: StepShape, pace: float | None,
+               cells: int, new_decode: bool, prompt: bool, way_back: int) -> int:
+        """Tokens a step may carry: its decodes and what the cost model fits in the aim over
+        `cells` (the cache a prompt would be read in), never less than a floor: a prompt that was
+        let in is read by a token a step while decoding alone stays within the pace (admission left
+        room for it); without readers a minimum chunk; and `way_back` whatever the model says."""
+        tokens = num_decoding + cost.tokens_within(self.aim(pace), decodes, cells, new_decode=new_decode)
+        if pace is not None:
+            floor = num_decoding + (1 if prompt and cost.predict_ms(decodes) < pace else 0)
+        else:
+            floor = num_decoding + self.min_chunk
+        budget = max(min(tokens, self.max_step_tokens), floor, num_decoding + way_back)
+        return min(max(int(budget * self.shrink), num_decoding + 1), self.max_step_tokens)
+
+    def readers(self, running: list[Request], targets: dict[str, float], separate: bool) -> Readers:
+        readers = [r for r in running if r.interactive]
+        background = [r for r in running if not r.interactive]
+        return Readers(len(readers), min((r.priority for r in readers), default=0),
+                       min((targets[r.lane] for r in readers), default=math.inf),
+                       sum(self.typical_cells(r) for r in readers), sum(1 for r in background if r.is_decoding),
+                       sum(r.num_computed_tokens if separate else r.num_tokens for r in background))
+
+    def readers_keep_pace(self, cost: StepCostModel, readers: Readers, request: Request, target_ms: float,
+                          separate: bool) -> bool:
+        """Admitting one more interactive sequence keeps the readers' decode step within
+        `readers_aim` of the pace once every one of them, the new one too, has its typical length.
+
+        Costing them at their length now would let a burst of young chats in that, as they grow,
+        slow every reader past its target (attention runs each token over every cell of its cache)
+        and past the batch size where throughput peaks. A lane whose priority beats every running
+        reader's (voice among chats) is always let in."""
+        if not readers.n or request.priority < readers.priority:
+            return True
+        pace = self.pace(cost, min(readers.target, target_ms))
+        n, cells = readers.n + 1, readers.cells + self.typical_cells(request)
+        if separate:  # background decodes in their own cache, with a decode call of their own
+            shape = StepShape(1, n, n * cells / 1000.0, n)
+            m = readers.background
+            if m:
+                shape = shape.plus(StepShape(1, m, m * readers.background_cells / 1000.0, m))
+        else:
+            n, cells = n + readers.background, cells + readers.background_cells
+            shape = StepShape(1, n, n * cells / 1000.0, n)
+        return cost.predict_ms(shape) <= self.tuning.readers_aim * pace
+
+    def typical_cells(self, request: Request) -> int:
+        """The cells a generating sequence holds at its lane's typical output length (or its own cap)."""
+        typical = min(self.typical[request.lane], request.max_tokens)
+        return max(request.num_tokens, int(request.num_prompt_tokens + typical))
+
+    def learn(self, request: Request) -> None:
+        """A request finished on its own: its output length moves its lane's typical length."""
+        rate = self.tuning.typical_learning
+        self.typical[request.lane] = (1 - rate) * self.typical[request.lane] + rate * len(request.output_tokens)
+
+    def no_kv_slot(self) -> None:
+        self.shrink = max(self.shrink / 2, self.tuning.min_shrink)
+
+    def step_ran(self) -> None:
+        self.shrink = min(self.shrink * 2, 1.0)

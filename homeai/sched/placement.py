@@ -1,0 +1,172 @@
+"""Placement: which prefill chunks and embedding inputs take what is left of a step's budget.
+
+Candidates are each backlogged (lane, member) pair's requests in order (partial prefills,
+then eligible waiting), one class at a time; the best-priority lanes of a class go first and
+fair share picks the pair. A chunk smaller than the step's `min_chunk` is not worth placing
+unless it finishes its prompt. A policy may instead give one strict order that nothing overtakes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from homeai.sched.admission import Admission
+from homeai.sched.costmodel import StepShape
+from homeai.sched.fairshare import FairShare
+from homeai.sched.plan import ScheduledItem, StepPlan
+from homeai.sched.pools import GENERATE, KVPools, Pool
+from homeai.sched.request import Kind, Request, Status
+from homeai.sched.share import BackgroundShare
+from homeai.sched.step import Step
+from lanes.base import LanePolicy
+
+# Make room for a request's next tokens in the plan being built (may preempt; False: it could not).
+Grow = Callable[[Request, int, StepPlan], bool]
+# Preempt a request, taking its tokens out of the plan being built.
+Preempt = Callable[[Request, StepPlan], None]
+
+
+class Placement:
+    def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
+                 fair: FairShare, admission: Admission, share: BackgroundShare, grow: Grow, preempt: Preempt,
+                 embed_chunked: bool):
+        self.policies, self.waiting, self.pools, self.fair = policies, waiting, pools, fair
+        self.admission, self.share, self.grow, self.preempt = admission, share, grow, preempt
+        self.embed_chunked = embed_chunked
+
+    def shape(self, step: Step, plan: StepPlan) -> StepShape:
+        """The cost model's view of the plan so far (the embedding context's cells as they are now)."""
+        return plan.cost_shape({**step.cells, Pool.EMBED: self.pools.cells_used(Pool.EMBED)})
+
+    def fill_apart(self, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
+        """Fill a step when interactive lanes have a cache of their own. Background tokens then
+        cost a decode call of their own (and attend over long documents), so background's owed
+        chunk goes first (`BackgroundShare.first_chunk`); interactive prefill takes what the aim
+        leaves beside it, and background fills whatever is left after that."""
+        used = 0
+        chunk = self.share.first_chunk(reserve, self._room(step, plan, left)) if reserve else 0
+        if chunk:
+            used = self.fill(step, plan, interactive=False, budget=chunk)
+        budget = left - used
+        if used:  # what the interactive lanes may still add within the aim, beside that chunk
+            budget = min(budget, step.cost.tokens_within(step.aim, self.shape(step, plan),
+                                                         step.cells[Pool.INTERACTIVE],
+                                                         new_decode=not plan.batches[Pool.INTERACTIVE]))
+        used += self.fill(step, plan, interactive=True, budget=budget)
+        self.fill(step, plan, interactive=False, budget=self._room(step, plan, left - used))
+
+    def _room(self, step: Step, plan: StepPlan, left: int) -> int:
+        """Background's part of what is left of the step, costed in its own cache: its tokens cost
+        more (long documents, maybe a decode call of its own) than the ones the budget assumed."""
+        fits = step.cost.tokens_within(step.aim, self.shape(step, plan), step.cells[Pool.MAIN],
+                                       new_decode=not plan.batches[Pool.MAIN])
+        if step.overdue:
+            fits = max(fits, self.share.share_tokens())
+        elif not plan.batches[Pool.INTERACTIVE]:  # no interactive token to keep on time: the step's floor
+            fits = max(fits, step.min_chunk)
+        return min(left, fits)
+
+    def fill(self, step: Step, plan: StepPlan, *, interactive: bool, budget: int) -> int:
+        """Give prefill chunks (and embedding inputs) of one class by fair share; tokens used."""
+        if budget <= 0:
+            return 0
+        candidates = self._candidates(step, interactive)
+        planned = {i.request_id for i in plan.items}
+        used = 0
+        while used < budget and candidates:
+            keys = candidates.keys()
+            if interactive:
+                best = min(self.policies[lane].priority for lane, _ in keys)
+                keys = [k for k in keys if self.policies[k[0]].priority == best]
+            key = self.fair.pick(keys)
+            request = candidates[key].popleft()
+            if not candidates[key]:
+                del candidates[key]
+            if request.request_id in planned:
+                continue
+            n = self.place(step, plan, request, budget - used)
+            if n == 0:
+                candidates.pop(key, None)  # this pair cannot go further this step
+                continue
+            used += n
+        return used
+
+    def fill_in_order(self, step: Step, plan: StepPlan, order: list[Request], budget: int) -> int:
+        """Place candidates in a policy's strict order: nothing overtakes a request that cannot go
+        (an embedding input that cannot is skipped: it waits for its own context's room)."""
+        used = 0
+        for request in order:
+            if used >= budget:
+                break
+            n = self.place(step, plan, request, budget - used)
+            if n == 0 and request.kind is not Kind.EMBED:
+                break
+            used += n
+        return used
+
+    def _candidates(self, step: Step, interactive: bool) -> dict[tuple[str, str], deque[Request]]:
+        """Each backlogged pair's requests in order: partial prefills, then eligible waiting."""
+        out: dict[tuple[str, str], deque[Request]] = {}
+        for request in [*self.pools.running, *self.pools.embedding]:
+            if request.interactive == interactive and not request.is_decoding:
+                out.setdefault(request.key, deque()).append(request)
+        for lane, queue in self.waiting.items():
+            if self.policies[lane].interactive != interactive or not queue:
+                continue
+            for request in queue:
+                if not step.eligible(request):
+                    break  # a lane's queue is in arrival order, and so is eligibility
+                out.setdefault(request.key, deque()).append(request)
+        return out
+
+    def place(self, step: Step, plan: StepPlan, request: Request, room: int) -> int:
+        """Schedule part of a request within `room` tokens; the tokens placed (0: cannot)."""
+        if request.kind is Kind.EMBED:
+            return self._place_embedding(step, plan, request, room)
+        n = min(request.num_remaining, room)
+        if n <= 0 or (n < request.num_remaining and n < step.min_chunk and any(plan.batches[p] for p in GENERATE)):
+            return 0
+        if request.status is Status.WAITING and not self.admission.admit(request, step,
+                                                                          lambda victim: self.preempt(victim, plan)):
+            return 0
+        if not self.grow(request, request.num_computed_tokens + n, plan):
+            return 0
+        plan.batches[self.pools.of(request)].append(item(request, n))
+        self._charge_prompt(request, n)
+        return n
+
+    def _place_embedding(self, step: Step, plan: StepPlan, request: Request, room: int) -> int:
+        batch = plan.batches[Pool.EMBED]
+        if self.embed_chunked:
+            n = min(request.num_remaining, room)
+            if n <= 0 or (n < request.num_remaining and n < step.min_chunk and batch):
+                return 0
+        else:
+            n = request.num_tokens
+            if not (n <= room or (not batch and self.admission.embedding_may_go(n, room, step))):
+                return 0
+        if request.status is Status.WAITING and not self.admission.admit_embedding(request, step):
+            return 0
+        start = request.num_computed_tokens
+        batch.append(ScheduledItem(request.request_id, Kind.EMBED, request.seq_id, start,
+                                   request.tokens_slice(start, start + n), start + n == request.num_tokens))
+        self._charge_prompt(request, n)
+        return min(n, room)
+
+    def _charge_prompt(self, request: Request, n: int) -> None:
+        end = min(request.num_computed_tokens + n, request.num_prompt_tokens)
+        fresh = end - request.num_charged_prompt
+        if fresh > 0:
+            request.num_charged_prompt = end
+            self.fair.charge(request.key, weight=self.policies[request.lane].weight, num_in=fresh)
+
+
+def item(request: Request, n: int) -> ScheduledItem:
+    """The next `n` tokens of a generating request."""
+    start = request.num_computed_tokens
+    sample = start + n == request.num_tokens
+    forced = request.params.forced_tokens
+    token = forced[len(request.output_tokens)] if sample and forced is not None else None
+    return ScheduledItem(request.request_id, Kind.GENERATE, request.seq_id, start,
+                         request.tokens_slice(start, start + n), sample, request.params, token)

@@ -1,0 +1,85 @@
+"""What crosses between the scheduler and the runner: a step's plan and its result, keyed by request id.
+
+A plan holds, per KV pool, the items of that pool's one `llama_decode` this step; the
+sequence ids are the pool's own. Scheduler tests feed hand-made results and need no model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from homeai.sched.costmodel import StepShape
+from homeai.sched.pools import GENERATE, Pool
+from homeai.sched.request import Kind, Request, Sample, SamplingParams
+
+
+@dataclass(frozen=True)
+class ScheduledItem:
+    request_id: str
+    kind: Kind
+    seq_id: int  # the sequence id within its pool's cache
+    start: int  # position of the first token
+    tokens: list[int]
+    sample: bool  # a token is sampled after this chunk
+    params: SamplingParams | None = None  # the runner builds the request's sampler from these
+    forced: int | None = None  # teacher forcing: the token to output instead of sampling
+
+
+@dataclass
+class StepPlan:
+    step_id: int
+    # Per pool, the items of its one llama_decode this step (in the order they were placed).
+    batches: dict[Pool, list[ScheduledItem]] = field(default_factory=lambda: {pool: [] for pool in Pool})
+    release: dict[Pool, list[int]] = field(default_factory=dict)  # per pool, seq ids whose KV to drop first
+    done: list[str] = field(default_factory=list)  # requests whose sampler state may go
+    budget: int = 0
+    context_cells: int = 0  # KV cells holding context when the step was planned
+    shape: StepShape = StepShape(0)  # what the cost model costs: decode calls, tokens, attention, outputs
+
+    @property
+    def items(self) -> list[ScheduledItem]:
+        """Every item of the step, generating pools first."""
+        return [i for pool in (*GENERATE, Pool.EMBED) for i in self.batches[pool]]
+
+    @property
+    def generating(self) -> list[ScheduledItem]:
+        return [i for pool in GENERATE for i in self.batches[pool]]
+
+    @property
+    def num_outputs(self) -> int:
+        return sum(1 for i in self.generating if i.sample)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(i.tokens) for items in self.batches.values() for i in items)
+
+    @property
+    def empty(self) -> bool:
+        return not any(self.batches.values())
+
+    def cost_shape(self, cells: dict[Pool, int]) -> StepShape:
+        """The cost model's view of the step: one decode call per pool used, each token attending
+        over its own pool's `cells`."""
+        tokens = {pool: sum(len(i.tokens) for i in items) for pool, items in self.batches.items()}
+        kcells = sum(n * cells[pool] for pool, n in tokens.items() if n) / 1000.0
+        return StepShape(sum(1 for n in tokens.values() if n), sum(tokens.values()), kcells, self.num_outputs)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to run and nothing to drop: the loop may wait."""
+        return self.empty and not self.release and not self.done
+
+
+@dataclass
+class StepResult:
+    samples: dict[str, Sample] = field(default_factory=dict)
+    embeddings: dict[str, object] = field(default_factory=dict)
+    elapsed_ms: float = 0.0
+    no_kv_slot: bool = False  # llama_decode found no KV slot: nothing of this step was kept
+
+
+@dataclass(frozen=True)
+class Output:
+    request: Request
+    sample: Sample | None  # the new token, if one was sampled
+    finished: bool

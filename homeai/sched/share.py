@@ -1,0 +1,123 @@
+"""Background's minimum share: the one owner of what background work is owed under interactive load.
+
+While background work is backlogged it is owed `background_min_share` of every step's tokens
+(a deficit counter, `credit`, paid with the tokens it gets; beside interactive work in a cache
+of their own, each background decode call is paid too, its fixed cost in tokens' worth). The
+debt is paid through:
+
+* the reserve: tokens of a step kept for background prefill or embedding, once the debt is a
+  chunk's worth and background can use them this step;
+* decode deferral: with a cache of their own, interactive lanes take whole steps while one of
+  them reads a prompt, and background decodes (a second decode call each) wait until the debt
+  covers a step of them;
+* the floors: background keeps `background_min_share` of the sequence ids while it waits for
+  one, and is not preempted for interactive work below that share of ids and cells;
+* the way back: a background lane whose oldest request has waited half its TTFT target gets a
+  step's minimum share whatever the cost model predicts: the model learns only from steps that
+  run, so a fit a noisy neighbour made too slow must not stop the steps that would correct it.
+  (Interactive lanes need no way back: a reader's decode runs every step, and with no reader
+  running a prompt is always let in.)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from homeai.sched.plan import StepPlan
+from homeai.sched.pools import KVPools, Pool
+from homeai.sched.request import Kind, Request
+from lanes.base import LanePolicy
+
+
+class BackgroundShare:
+    def __init__(self, policies: dict[str, LanePolicy], pools: KVPools, *, min_share: float, min_chunk: int,
+                 max_step_tokens: int, num_seqs: int, num_cells: int, max_credit: int):
+        self.policies, self.pools = policies, pools
+        self.min_share, self.min_chunk, self.max_step_tokens = min_share, min_chunk, max_step_tokens
+        self.num_seqs, self.num_cells, self.max_credit = num_seqs, num_cells, max_credit
+        self.credit = 0.0  # background tokens owed under interactive load
+
+    # ---- the way back ----------------------------------------------------------------
+
+    def overdue(self, in_flight: list[Request], waiting: dict[str, deque[Request]], now: float) -> frozenset[str]:
+        """Background lanes whose oldest request has waited half its lane's TTFT target for its
+        first token (or embedding): served from then on, it still makes the target."""
+        late = {r.lane for r in in_flight if not r.is_decoding and r.first_token_time is None and self._late(r, now)}
+        late.update(lane for lane, q in waiting.items() if q and self._late(q[0], now))
+        return frozenset(lane for lane in late if not self.policies[lane].interactive)
+
+    def _late(self, request: Request, now: float) -> bool:
+        return now - request.arrival_time > self.policies[request.lane].ttft_target_ms / 2000.0
+
+    def share_tokens(self) -> int:
+        """A step's minimum share, in tokens: what an overdue lane gets whatever the cost model says."""
+        return max(self.min_chunk, math.ceil(self.min_share * self.max_step_tokens))
+
+    def way_back(self, overdue: frozenset[str]) -> int:
+        """Tokens a step carries beyond its decodes whatever the cost model predicts: a minimum
+        share while a background lane is overdue, and a chunk once background is owed one."""
+        owed = self.min_chunk if self.credit >= self.min_chunk else 0
+        return max(self.share_tokens() if overdue else 0, owed)
+
+    # ---- the debt and how it is paid -----------------------------------------------------
+
+    def decodes_wait(self, num_background: int, call_tokens: float) -> bool:
+        """Background decodes wait for an interactive prompt unless the debt covers a step of them."""
+        return num_background > 0 and self.credit < num_background + call_tokens
+
+    def reserve(self, usable: int | None, left: int, min_chunk: int) -> int:
+        """Tokens of this step kept for background work, if it can use them this step."""
+        if not usable or self.credit < min_chunk:
+            return 0
+        return max(min(int(self.credit), left, usable), 0)
+
+    def first_chunk(self, reserve: int, room: int) -> int:
+        """With a cache of their own for interactive lanes, the owed chunk background goes first
+        with (whatever the model says), and only once the debt covers it: paying a token or two
+        every step would pay background's decode call every step. 0: not this step."""
+        fits = max(room, min(reserve, self.min_chunk))
+        return min(reserve, fits) if fits and self.credit >= min(fits, self.min_chunk) else 0
+
+    def atomic_may_overflow(self, n: int, overdue: frozenset[str]) -> bool:
+        """An atomic embedding input larger than what is left of a step may overflow it once the
+        debt covers it or its lane is overdue."""
+        return n <= self.credit or "embeddings" in overdue
+
+    def settle(self, plan: StepPlan, interactive: set[str], *, backlogged: bool, call_tokens: float) -> None:
+        """Owed `min_share` of the step's tokens; paid the tokens background got and, for each
+        decode call of its own beside interactive work (`interactive`: the ids of interactive
+        requests), the call's fixed cost in tokens' worth. Forgotten once nothing is backlogged."""
+        if not backlogged:
+            self.credit = 0.0
+            return
+        generating, embedding = plan.generating, plan.batches[Pool.EMBED]
+        background = [i for i in generating if i.request_id not in interactive]
+        got = sum(len(i.tokens) for i in background) + sum(len(i.tokens) for i in embedding)
+        if self.pools.separate and len(background) < len(generating):  # beside interactive work
+            got += call_tokens * ((len(background) > 0) + (len(embedding) > 0))
+        self.credit = min(max(self.credit + self.min_share * plan.num_tokens - got, 0.0), self.max_credit)
+
+    # ---- the floors ------------------------------------------------------------------
+
+    def _held(self) -> tuple[int, int, int, int]:
+        """Background sequences and cells held, and the minimum of each it keeps."""
+        held = [r for r in self.pools.running if not r.interactive]
+        min_seqs = min(math.ceil(self.min_share * self.num_seqs), self.num_seqs - 1)
+        cells = sum(self.pools.kv[Pool.MAIN].allocated[r.seq_id] for r in held)
+        return len(held), cells, min_seqs, int(self.min_share * self.num_cells)
+
+    def seq_reserve(self, waiting: dict[str, deque[Request]]) -> int:
+        """Sequence ids of the shared cache kept free for background waiting below its minimum share."""
+        if self.pools.num_free_seqs(Pool.MAIN) > self.num_seqs * self.min_share + 1:
+            return 0  # more free than any reserve could ask: skip the scan
+        if not any(r.kind is Kind.GENERATE for lane, q in waiting.items() if not self.policies[lane].interactive
+                   for r in q):
+            return 0
+        num_held, _, min_seqs, _ = self._held()
+        return max(min_seqs - num_held, 0)
+
+    def may_preempt(self) -> bool:
+        """Background may give up a sequence for interactive work: it holds more than its share."""
+        num_held, cells, min_seqs, min_cells = self._held()
+        return num_held > min_seqs or cells > min_cells

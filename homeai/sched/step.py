@@ -1,0 +1,45 @@
+"""One step's facts: what every rule of the step reads, fixed when the step begins.
+
+`Step` is built once at the top of `Scheduler.schedule()` and passed down; no rule keeps
+per-step state of its own. What admission learns while the step is planned (a smaller
+request already refused, the running set as costed) is the one mutable part, `Admissions`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from homeai.sched.costmodel import StepCostModel
+from homeai.sched.pacing import Readers
+from homeai.sched.pools import Pool
+
+
+@dataclass
+class Admissions:
+    """What admission learns while one step is planned."""
+
+    failed_need: dict[bool, float] = field(default_factory=lambda: {True: math.inf, False: math.inf})
+    readers: tuple[int, Readers] | None = None  # the running set as costed, and the pools' version then
+    num_admitted: int = 0
+
+
+@dataclass(frozen=True)
+class Step:
+    now: float
+    cost: StepCostModel  # the step-cost model, as it stands
+    cutoffs: dict[str, float]  # per lane, requests that arrived by this time are eligible
+    overdue: frozenset[str]  # background lanes served whatever the cost model says
+    began_idle: bool  # nothing was running
+    admissions: Admissions
+    prompt: bool = False  # an interactive prompt is part-read, or an eligible one would be admitted now
+    cells: dict[Pool, int] = field(default_factory=dict)  # per generating pool, cells holding context
+    num_decoding: dict[Pool, int] = field(default_factory=dict)  # per generating pool, sequences decoding
+    deferred: int = 0  # background decodes waiting for an interactive prompt
+    pace: float | None = None  # the readers' inter-token pace (ms); None with no reader decoding
+    aim: float = 0.0  # the step's time target (ms)
+    min_chunk: int = 1  # the smallest prefill chunk worth placing
+
+    def eligible(self, request) -> bool:
+        """Waiting long enough to be admitted this step (a preempted request always is)."""
+        return request.arrival_time <= self.cutoffs[request.lane] or bool(request.num_preemptions)
