@@ -6,6 +6,7 @@
     homeai index [PATH...] [--no-summaries]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
     homeai bench voice [--n 10] [--out bench-out]
+    homeai bench http --peer URL [--url URL] [--quick]
 
 The config file comes from --config, else $HOMEAI_CONFIG, else the built-in defaults.
 """
@@ -76,6 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
     neighbour.add_argument("--phase", type=float, default=20.0, help="seconds of each phase (quiet, busy, after)")
     neighbour.add_argument("--busy", type=int, default=2, help="busy processes at nice 10 during the busy phase")
     neighbour.add_argument("--out", default="bench-out", help="folder for neighbour.json and neighbour.md")
+    http = bsub.add_parser("http", help="the household workload over HTTP: homeai beside another OpenAI-compatible server")
+    http.add_argument("--peer", required=True, help="the other server's URL, e.g. llama-server's http://127.0.0.1:8080")
+    http.add_argument("--peer-name", default="peer", help="its name in the report, e.g. llama-server")
+    http.add_argument("--peer-model", default="", help="the model to ask the peer for (Ollama needs one)")
+    http.add_argument("--url", help="homeai's URL (default: the config's server address)")
+    http.add_argument("--api-key", default="", help="bearer token sent to both servers (homeai with auth on)")
+    http.add_argument("--duration", type=float, default=40.0, help="seconds of arrivals")
+    http.add_argument("--chat-rate", type=float, default=0.08, help="chats a second per member (3 members)")
+    http.add_argument("--documents", type=int, default=2, help="long documents to summarise")
+    http.add_argument("--doc-len", type=int, default=2000, help="tokens of each document")
+    http.add_argument("--seed", type=int, default=0)
+    http.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    http.add_argument("--out", default="bench-out", help="folder for http.json and http.md")
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -98,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, voice, neighbour, rmodel, add, token, revoke, *workloads):
+    for p in (serve, doctor, members, bench, engine, voice, neighbour, http, rmodel, add, token, revoke, *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -177,6 +191,8 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         return 0
     if args.workload == "neighbour":
         return run_neighbour(cfg, args)
+    if args.workload == "http":
+        return run_http(cfg, args)
     if args.workload == "model":
         from homeai.bench.random_model import write
 
@@ -214,6 +230,22 @@ def run_neighbour(cfg: config_mod.Config, args) -> int:
                f"{os.cpu_count()} cores, OpenMP: {threads.wait_policy()}")
     neighbour.write(doc, machine, Path(args.out))
     print(neighbour.markdown(doc, machine))
+    return 0
+
+
+def run_http(cfg: config_mod.Config, args) -> int:
+    from homeai.bench import http_bench, workloads
+
+    quick = args.quick
+    workload = workloads.household(duration_s=4 if quick else args.duration, seed=args.seed, chat_rate=args.chat_rate,
+                                   documents=1 if quick else args.documents, doc_len=200 if quick else args.doc_len)
+    url = args.url or f"http://{cfg.server.host}:{cfg.server.port}"
+    targets = [http_bench.Target("homeai", http_bench.base_url(url), api_key=args.api_key),
+               http_bench.Target(args.peer_name, http_bench.base_url(args.peer), args.peer_model, args.api_key)]
+    doc = http_bench.run(targets, workload, cfg.lanes)
+    http_bench.write(doc, " ".join(["homeai", *sys.argv[1:]]), Path(args.out))
+    print("\n".join(doc["findings"]))
+    print(f"report in {Path(args.out) / 'http.md'}")
     return 0
 
 

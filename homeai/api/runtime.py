@@ -9,7 +9,12 @@ None, `stt_error` says why, and chat still serves. One `Runtime` per app, kept i
 
 `shutdown()` is the graceful stop before `stop()` (SIGTERM: `homeai.api.shutdown` says what it
 does); the runtime also keeps the lanes served by remote servers (`remotes`), the admission
-state that shutdown closes, and the per-member count of open voice sockets (`websockets`).
+state that shutdown closes, the per-member count of open voice sockets (`websockets`), and the
+per-address count of those still waiting for a token (`unauthenticated`).
+
+When the engine dies (`Engine.on_death`), `error` says why (`/healthz` answers 503) and the
+`on_fatal` callbacks are called: `homeai.api.shutdown.serve` adds one that stops the server
+with a non-zero exit status.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from homeai.api.recorder import StatsRecorder
 from homeai.api.shutdown import Admission
 from homeai.config import Config
 from homeai.engine.engine import Engine, create_engine
+from homeai.speech.base import libraries_missing
 from homeai.store import db
 from homeai.store.members import ensure_default_member
 
@@ -62,6 +68,10 @@ class Runtime:
         self.remotes = RemoteLanes(cfg)  # lanes answered by remote servers ([remote.<lane>])
         self.admission = Admission()  # closed by `shutdown`: new requests get 503
         self.websockets = PerMember(cfg.server.max_websockets_per_member)  # open voice sockets per member
+        self.unauthenticated = PerMember(  # voice sockets still waiting for a token, per client address
+            cfg.server.max_unauthenticated_websockets_per_address, "unauthenticated voice sockets",
+            "server.max_unauthenticated_websockets_per_address")
+        self.on_fatal: list = []  # callables taking the reason, once the engine has died
         self._lock = threading.Lock()
         self._closing = False
 
@@ -103,24 +113,33 @@ class Runtime:
             self._start_engine(runner)
 
     def _load_stt(self):
-        from homeai.speech.stt import SpeechToText
+        reason = libraries_missing()
+        if reason is None:
+            from homeai.speech.stt import SpeechToText
 
-        try:
-            return SpeechToText(self.cfg.speech)
-        except Exception as exc:
-            log.warning("speech to text is unavailable: %s", exc)
-            self.stt_error = f"speech to text is unavailable: {exc}"
-            return None
+            try:
+                return SpeechToText(self.cfg.speech)
+            except Exception as exc:
+                reason = str(exc)
+        log.warning("speech to text is unavailable: %s", reason)
+        self.stt_error = f"speech to text is unavailable: {reason}"
+        return None
 
     def _start_engine(self, runner) -> None:
         # The runner's own contexts bound the scheduler, whatever the config says (tests hand one in).
         engine = create_engine(dataclasses.replace(self.cfg, model=runner.cfg), runner)
         engine.on_finish.append(self.metrics.observe)
+        engine.on_death.append(self._engine_died)
         if self.recorder is not None:
             engine.on_finish.append(self.recorder.put)
         self.models = _cards(runner.info)
         self.engine = engine.start()
         log.info("serving %s", self.model_id("generate"))
+
+    def _engine_died(self, reason: str) -> None:
+        self.error = f"the engine stopped: {reason}"
+        for callback in self.on_fatal:
+            callback(self.error)
 
     async def shutdown(self, grace_s: float = 0.0, *, jobs=None) -> None:
         """The graceful stop (SIGTERM, see `homeai.api.shutdown`): admit nothing more, tell `jobs`

@@ -14,6 +14,12 @@ systemd stops (or restarts) homeai with SIGTERM; uvicorn ends its main loop and 
 
 Then uvicorn closes the listening socket and waits for the connections, and the lifespan stops
 the engine, writes the queued request statistics and closes the database. The process exits 0.
+
+When the engine dies instead (its loop thread ended by an error: `homeai.engine.engine`),
+every request in flight has already ended with an error; the server logs why, goes through
+the same stop and exits with `EXIT_ENGINE_DIED`, so that systemd restarts it, rather than
+answer `/healthz` while nothing can be served. Should that stop hang, the process exits with
+the same status `FATAL_EXIT_S` after the grace period anyway.
 """
 
 from __future__ import annotations
@@ -21,13 +27,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
+import threading
 import time
 from collections.abc import Iterator
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from homeai import logs
 from homeai.api.errors import ApiError, error_response
 from homeai.config import Config
 
@@ -35,6 +45,8 @@ log = logging.getLogger("homeai.api")
 
 FINAL_WAIT_S = 5.0  # after the drain, connections get this long to close before uvicorn cancels them
 CLOSE_SERVICE_RESTART = 1012  # WebSocket close code: the server is restarting
+EXIT_ENGINE_DIED = 70  # EX_SOFTWARE: the engine died; systemd's Restart=on-failure starts homeai again
+FATAL_EXIT_S = 30.0  # after the grace period, a stop that hangs after the engine died is cut short
 
 
 class Admission:
@@ -81,6 +93,17 @@ class GracefulServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, app, grace_s: float):
         super().__init__(config)
         self.homeai_app, self.grace_s = app, grace_s
+        self.exit_code = 0
+        self._deadline: threading.Timer | None = None
+
+    def fatal(self, reason: str) -> None:
+        """The engine died (called from its thread): stop serving, and exit `EXIT_ENGINE_DIED`."""
+        log.critical("%s; stopping with exit status %d", reason, EXIT_ENGINE_DIED)
+        self.exit_code = EXIT_ENGINE_DIED
+        self.should_exit = True
+        self._deadline = threading.Timer(self.grace_s + FATAL_EXIT_S, _exit_now)
+        self._deadline.daemon = True
+        self._deadline.start()
 
     async def shutdown(self, sockets=None) -> None:
         log.info("shutting down: draining requests for up to %g s", self.grace_s)
@@ -91,16 +114,33 @@ class GracefulServer(uvicorn.Server):
         if drain.done() and drain.exception() is not None:  # the rest of the shutdown must still run
             log.error("the graceful drain failed", exc_info=drain.exception())
         await super().shutdown(sockets)
+        if self._deadline is not None:  # the stop finished: `serve` returns the exit status itself
+            self._deadline.cancel()
 
 
 def serve(app, cfg: Config, *, log_level: str = "info") -> int:
-    """Run `app` on the configured address until SIGTERM or SIGINT; 0 after a clean stop."""
-    config = uvicorn.Config(app, host=cfg.server.host, port=cfg.server.port, log_level=log_level,
-                            timeout_graceful_shutdown=FINAL_WAIT_S, ws_max_size=cfg.server.max_ws_message_bytes)
-    server = GracefulServer(config, app, cfg.server.shutdown_grace_s)
+    """Run `app` on the configured address until SIGTERM or SIGINT (0 after a clean stop), or
+    until the engine dies (`EXIT_ENGINE_DIED`)."""
+    server = make_server(app, cfg, log_level=log_level)
     with _stop_signals_end_cleanly():
         server.run()
-    return 0 if server.started else 3
+    return server.exit_code or (0 if server.started else 3)
+
+
+def make_server(app, cfg: Config, *, log_level: str = "info") -> GracefulServer:
+    """The server `serve` runs: uvicorn's, draining on SIGTERM, stopping when the engine dies."""
+    config = uvicorn.Config(app, host=cfg.server.host, port=cfg.server.port, log_level=log_level,
+                            log_config=logs.config(log_level),  # every line with its tokens redacted
+                            timeout_graceful_shutdown=FINAL_WAIT_S, ws_max_size=cfg.server.max_ws_message_bytes)
+    server = GracefulServer(config, app, cfg.server.shutdown_grace_s)
+    app.state.runtime.on_fatal.append(server.fatal)
+    return server
+
+
+def _exit_now() -> None:
+    log.critical("the stop after the engine died did not finish; exiting now")
+    sys.stderr.flush()
+    os._exit(EXIT_ENGINE_DIED)
 
 
 @contextlib.contextmanager

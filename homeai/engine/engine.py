@@ -5,6 +5,11 @@ queue, an oversized prompt) and hands back a `RequestStream` of events that asyn
 iterates with `async for` and plain code with `for`. `abort()` frees a request's sequence
 within one step. The scheduler is only touched under one lock; the runner works outside
 it, so submissions and aborts never wait for a step to finish.
+
+A failed step fails its own requests and the loop goes on; but a loop that ends by any
+exception, or a runner that fails `MAX_FAILED_STEPS` steps in a row, is the engine's death:
+every request in flight ends with "error", nothing more is admitted (`EngineStopped`), and
+the `on_death` callbacks hear why (the daemon then exits non-zero, for systemd to restart it).
 """
 
 from __future__ import annotations
@@ -30,8 +35,10 @@ from lanes.base import LanePolicy
 
 log = logging.getLogger("homeai.engine")
 
+MAX_FAILED_STEPS = 3  # a runner failing this many steps in a row, with none served between, is broken
+
 __all__ = ["Engine", "RequestStream", "TokenEvent", "FinishEvent", "InvalidRequest", "PromptTooLong",
-           "QueueFull", "EngineStopped"]
+           "QueueFull", "EngineStopped", "EngineBroken"]
 
 
 class InvalidRequest(ValueError):
@@ -51,7 +58,11 @@ class PromptTooLong(InvalidRequest):
 
 
 class EngineStopped(RuntimeError):
-    """The engine is shutting down and admits nothing more."""
+    """The engine is shutting down, or has died, and admits nothing more."""
+
+
+class EngineBroken(RuntimeError):
+    """The runner failed step after step: the loop stops rather than fail every request."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +160,8 @@ class Engine:
         self.streams: dict[str, RequestStream] = {}
         self.windows = {name: LaneWindow() for name in policies}
         self.on_finish: list[Callable[[RequestStats], None]] = []
+        self.on_death: list[Callable[[str], None]] = []  # called once, from the dying loop thread
+        self.failure: str | None = None  # why the loop died, once it has
         self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0}
         self._ids = itertools.count()
         self._calls: deque = deque()  # call_in_loop() work, run between steps
@@ -161,7 +174,7 @@ class Engine:
 
     def start(self) -> "Engine":
         self.runner.reset()
-        self._thread = threading.Thread(target=self._loop, name="homeai-engine", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="homeai-engine", daemon=True)
         self._thread.start()
         return self
 
@@ -199,7 +212,8 @@ class Engine:
         stream = RequestStream(request, self, loop)
         with self.lock:
             if not self._accepting:
-                raise EngineStopped("the server is shutting down")
+                raise EngineStopped(f"the engine stopped: {self.failure}" if self.failure
+                                    else "the server is shutting down")
             try:
                 self.scheduler.add_request(request)
             except QueueFull:
@@ -289,6 +303,8 @@ class Engine:
         the thread that decodes: benchmarks compare on the same thread)."""
         future: Future = Future()
         with self.lock:
+            if self.failure:
+                raise EngineStopped(f"the engine stopped: {self.failure}")
             self._calls.append((fn, future))
             self.lock.notify_all()
         return future.result(timeout)
@@ -315,7 +331,32 @@ class Engine:
             except Exception as exc:
                 future.set_exception(exc)
 
+    def _run(self) -> None:
+        """The loop thread's body: whatever ends the loop other than `stop()` is its death."""
+        try:
+            self._loop()
+        except BaseException as exc:
+            self._die(exc)
+
+    def _die(self, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}"
+        log.critical("the engine loop died: %s", reason, exc_info=exc)
+        with self.lock:
+            self.failure = reason
+            self._accepting = False
+            for stream in list(self.streams.values()):
+                self._close(stream.request, "error", f"the engine stopped: {reason}")
+            calls, self._calls = list(self._calls), deque()
+        for _, future in calls:
+            future.set_exception(EngineStopped(f"the engine stopped: {reason}"))
+        for callback in self.on_death:
+            try:
+                callback(reason)
+            except Exception:
+                log.exception("on_death callback failed")
+
     def _loop(self) -> None:
+        num_failed = 0  # steps failed in a row
         while True:
             with self.lock:
                 if self._stop:
@@ -323,12 +364,12 @@ class Engine:
                 if self._calls and not self.scheduler.has_work():
                     self._run_calls()
                     continue
-                if self._background_holds and not self.scheduler.has_interactive_work():
-                    self.lock.wait(0.05)  # released (notify) when the hold ends or a request arrives
-                    continue
-                plan = self.scheduler.schedule(self.clock())
-                if plan.empty and not plan.release and not plan.embed_release and not plan.done:
-                    self.lock.wait(self._idle_timeout())
+                held = self._background_holds > 0
+                plan = self.scheduler.schedule(self.clock(), hold_background=held)
+                if plan.idle:
+                    # Background held with nothing interactive: the hold's end or a request notifies.
+                    held_out = held and not self.scheduler.has_interactive_work()
+                    self.lock.wait(0.05 if held_out else self._idle_timeout())
                     continue
             try:
                 result = self.runner.run(plan)
@@ -336,7 +377,11 @@ class Engine:
                 log.exception("step %d failed", plan.step_id)
                 with self.lock:
                     self._fail(plan, str(exc))
+                num_failed += 1
+                if num_failed >= MAX_FAILED_STEPS:  # ... unless the runner itself is broken
+                    raise EngineBroken(f"{num_failed} steps in a row failed, the last with: {exc}") from exc
                 continue
+            num_failed = 0
             with self.lock:
                 self.counters["steps"] += 1
                 self.counters["step_tokens"] += plan.num_tokens
@@ -382,7 +427,7 @@ class Engine:
                 log.exception("on_finish callback failed")
 
     def _fail(self, plan: StepPlan, error: str) -> None:
-        for item in [*plan.items, *plan.embed_items]:
+        for item in plan.items:
             request = self.scheduler.abort(item.request_id, "error", self.clock())
             if request is not None:
                 self._close(request, "error", error)
@@ -402,9 +447,8 @@ class Engine:
                             "reading_pace_ms": _rounded(sched.reading_pace(name)),
                             **self.windows[name].summary()}
                      for name, policy in self.policies.items()}
-            caches = {"main": _cache_dict(sched.kv, sched.limits.num_seqs)}
-            if sched.split:
-                caches["interactive"] = _cache_dict(sched.interactive_kv, sched.limits.num_seqs)
+            caches = {pool.value: _cache_dict(sched.pools.kv[pool], sched.limits.num_seqs)
+                      for pool in reversed(sched.pools.generating)}
             kv = {key: sum(c[key] for c in caches.values()) for key in caches["main"]}  # totals
             kv["caches"] = caches
             return {"lanes": lanes, "kv": kv, "steps": self.counters["steps"],

@@ -2,12 +2,13 @@
 
 It loads one model once, holds a generation context (one unified KV cache of `n_ctx`
 cells, `n_seq_max` sequence ids), optionally a second one for the interactive lanes
-(`interactive_n_ctx` cells; the scheduler gives its sequences the ids after the first
-context's), and an embeddings context (mean pooling, over the same weights or a configured
-embedding GGUF). It turns each `StepPlan` into one `llama_decode` per context with tokens in
-the step: tokens, positions, sequence ids, and logits only on the rows that will be
-sampled. Tokens are sampled only once every context has decoded, so a step that finds no KV
-slot in one context is undone in the others and keeps nothing. Each request samples with its own llama.cpp sampler chain, kept across
+(`interactive_n_ctx` cells), and an embeddings context (mean pooling, over the same
+weights or a configured embedding GGUF). Each KV pool of the scheduler is one of these
+contexts, its sequence ids the context's own. The runner turns each `StepPlan` into one
+`llama_decode` per pool with tokens in the step: tokens, positions, sequence ids, and
+logits only on the rows that will be sampled. Tokens are sampled only once every context
+has decoded, so a step that finds no KV slot in one context is undone in the others and
+keeps nothing. Each request samples with its own llama.cpp sampler chain, kept across
 preemption so a resumed request continues its random stream.
 
 The batch arrays are numpy buffers the `llama_batch` points into, so filling a step is a
@@ -27,8 +28,10 @@ import llama_cpp as ll
 import numpy as np
 
 from homeai.config import ModelConfig
+from homeai.engine import gpu
 from homeai.threads import default_threads
 from homeai.sched.request import Sample, SamplingParams
+from homeai.sched.pools import GENERATE, Pool
 from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
 
 
@@ -124,7 +127,7 @@ class _Batch:
 
 def _load_model(path: Path, cfg: ModelConfig):
     params = ll.llama_model_default_params()
-    params.n_gpu_layers = cfg.n_gpu_layers if cfg.n_gpu_layers >= 0 else 2**31 - 1
+    params.n_gpu_layers = gpu.offloaded_layers(cfg, bool(ll.llama_supports_gpu_offload()))
     params.use_extra_bufts = cfg.use_extra_bufts
     model = ll.llama_model_load_from_file(str(path).encode(), params)
     if not model:
@@ -138,7 +141,7 @@ def _flash_attn(cfg: ModelConfig) -> int:
     `auto` turns it on only when layers are offloaded to a GPU."""
     if cfg.flash_attn == "on":
         return ll.LLAMA_FLASH_ATTN_TYPE_ENABLED
-    if cfg.flash_attn == "off" or cfg.n_gpu_layers == 0:
+    if cfg.flash_attn == "off" or not gpu.offloaded_layers(cfg, bool(ll.llama_supports_gpu_offload())):
         return ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     return ll.LLAMA_FLASH_ATTN_TYPE_AUTO
 
@@ -167,6 +170,7 @@ class Runner:
         _init_backend()
         self.cfg = cfg
         threads = cfg.n_threads or default_threads()
+        gpu.apply(gpu.cuda_graphs(cfg, bool(ll.llama_supports_gpu_offload())))  # before any decode
         self.model = _load_model(model_path, cfg)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
@@ -253,54 +257,50 @@ class Runner:
 
     def run(self, plan: StepPlan) -> StepResult:
         start = time.perf_counter()
-        for seq_id in plan.release:
-            memory, seq = self._memory_of(seq_id)
-            ll.llama_memory_seq_rm(memory, seq, -1, -1)
-        for seq_id in plan.embed_release:
-            if self.embed_memory:
-                ll.llama_memory_seq_rm(self.embed_memory, seq_id, -1, -1)
+        for pool, seq_ids in plan.release.items():
+            memory = self._memory(pool)
+            for seq_id in seq_ids:
+                if memory:  # an encoder without a KV cache keeps nothing to drop
+                    ll.llama_memory_seq_rm(memory, seq_id, -1, -1)
         for request_id in plan.done:
             self._free_sampler(request_id)
             self._pooled.pop(request_id, None)
         result = StepResult()
-        if plan.items:
-            self._generate(plan.items, result)
-        if plan.embed_items and not result.no_kv_slot:
-            self._embed(plan.embed_items, result)
+        self._generate(plan, result)
+        if plan.batches[Pool.EMBED] and not result.no_kv_slot:
+            self._embed(plan.batches[Pool.EMBED], result)
         result.elapsed_ms = (time.perf_counter() - start) * 1000.0
         return result
 
-    def _memory_of(self, seq_id: int):
-        """The KV memory holding a scheduler sequence id, and the id within it."""
-        n = self.cfg.n_seq_max
-        return (self.imemory, seq_id - n) if seq_id >= n else (self.memory, seq_id)
+    def _context(self, pool: Pool):
+        return {Pool.MAIN: self.ctx, Pool.INTERACTIVE: self.ictx, Pool.EMBED: self.embed_ctx}[pool]
 
-    def _generate(self, items: list[ScheduledItem], result: StepResult) -> None:
-        n = self.cfg.n_seq_max
-        groups = [(ctx, [i for i in items if (i.seq_id >= n) == interactive])
-                  for ctx, interactive in ((self.ictx, True), (self.ctx, False))]
-        decoded = []  # (context, items, rows) decoded so far
-        for ctx, group in groups:
+    def _memory(self, pool: Pool):
+        return {Pool.MAIN: self.memory, Pool.INTERACTIVE: self.imemory, Pool.EMBED: self.embed_memory}[pool]
+
+    def _generate(self, plan: StepPlan, result: StepResult) -> None:
+        decoded = []  # (pool, items, rows) decoded so far
+        for pool in GENERATE:
+            group = plan.batches[pool]
             if not group:
                 continue
-            offset = n if ctx is self.ictx else 0
-            rows = self.batch.fill([(i.seq_id - offset, i.start, i.tokens, i.sample) for i in group])
+            ctx = self._context(pool)
+            rows = self.batch.fill([(i.seq_id, i.start, i.tokens, i.sample) for i in group])
             rc = ll.llama_decode(ctx, self.batch.c)
             if rc != 0:
-                for _, done, _ in decoded:  # undo the contexts already decoded: the step keeps nothing
+                for done_pool, done, _ in decoded:  # undo the contexts already decoded: the step keeps nothing
                     for i in done:
-                        memory, seq = self._memory_of(i.seq_id)
-                        ll.llama_memory_seq_rm(memory, seq, i.start, -1)
+                        ll.llama_memory_seq_rm(self._memory(done_pool), i.seq_id, i.start, -1)
             if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
                 result.no_kv_slot = True
                 return
             if rc != 0:
                 raise RunnerError(f"llama_decode failed with code {rc}")
-            decoded.append((ctx, group, rows))
-        for ctx, group, rows in decoded:
+            decoded.append((pool, group, rows))
+        for pool, group, rows in decoded:
             for item, row in zip(group, rows):
                 if item.sample:
-                    result.samples[item.request_id] = self._sample(ctx, item, row)
+                    result.samples[item.request_id] = self._sample(self._context(pool), item, row)
 
     def _sample(self, ctx, item: ScheduledItem, row: int) -> Sample:
         params = item.params or SamplingParams()
@@ -432,3 +432,34 @@ def raw_batched_decode(runner: Runner, prompts: list[list[int]], num_steps: int)
         ll.llama_sampler_free(s)
     runner.reset()
     return {"seconds": elapsed, "prefill_seconds": prefill_s, "tokens": n * num_steps}
+
+
+def raw_two_context_decode(runner: Runner, prompts: list[list[int]], num_steps: int) -> dict:
+    """The step pattern that aborted with CUDA graphs on (issue 16), without the scheduler: each
+    step decodes the even prompts' sequences in the main context and the odd ones' in the
+    interactive context, back to back over one batch buffer, then samples both (greedy), as
+    `Runner.run` does. Each prompt's tokens, in order."""
+    if runner.ictx is None:
+        raise RunnerError("two generation contexts need model.interactive_n_ctx > 0")
+    runner.reset()
+    start = time.perf_counter()
+    sides = [(runner.ctx, list(range(0, len(prompts), 2))), (runner.ictx, list(range(1, len(prompts), 2)))]
+    samplers = [ll.llama_sampler_init_greedy() for _ in prompts]
+    outputs: list[list[int]] = [[] for _ in prompts]
+    for step in range(num_steps):
+        decoded = []
+        for ctx, indices in sides:
+            fill = [(seq, 0, prompts[i], True) if step == 0 else
+                    (seq, len(prompts[i]) + step - 1, [outputs[i][-1]], True) for seq, i in enumerate(indices)]
+            rows = runner.batch.fill(fill)
+            if ll.llama_decode(ctx, runner.batch.c) != 0:
+                raise RunnerError("two-context decode failed")
+            decoded.append((ctx, indices, rows))
+        for ctx, indices, rows in decoded:
+            for i, row in zip(indices, rows):
+                outputs[i].append(ll.llama_sampler_sample(samplers[i], ctx, row))
+    elapsed = time.perf_counter() - start
+    for s in samplers:
+        ll.llama_sampler_free(s)
+    runner.reset()
+    return {"seconds": elapsed, "tokens": len(prompts) * num_steps, "outputs": outputs}
