@@ -31,18 +31,17 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from homeai.api.auth import CHALLENGE, Caller, CurrentMember
+from homeai.api.auth import Caller, CurrentMember
 from homeai.api.deps import EngineDep, RuntimeDep
-from homeai.api.errors import ApiError, error_body, from_engine
+from homeai.api.errors import ApiError, error_body
 from homeai.api.limits import check_generation
 from homeai.api.schemas import RequestBody
 from homeai.api.streaming import SSE_HEADERS, sse
-from homeai.engine.engine import (
-    Engine, EngineStopped, InvalidRequest, PromptTooLong, QueueFull, RequestStream, TokenEvent,
-)
+from homeai.api.submit import off_loop
+from homeai.engine.engine import Engine, PromptTooLong, RequestStream, TokenEvent
 from homeai.sched.request import SamplingParams
 from homeai.store import conversations as convs
-from homeai.store.models import Conversation, Member, Message
+from homeai.store.models import Conversation, Message
 
 # A database id: larger values would overflow SQLite's integer and fail as a 500.
 ConversationId = Annotated[int, Path(ge=1, le=2**63 - 1)]
@@ -135,14 +134,14 @@ InflightDep = Annotated[Inflight, Depends(get_inflight)]
 @router.get("")
 def list_conversations(runtime: RuntimeDep, member: CurrentMember) -> dict:
     with runtime.sessions() as session:
-        rows = convs.list_conversations(session, member_id=_member_id(session, member))
+        rows = convs.list_conversations(session, member_id=member.member_id)
         return {"data": [_conversation(c) for c in rows]}
 
 
 @router.post("", status_code=201)
 def create_conversation(body: NewConversation, runtime: RuntimeDep, member: CurrentMember) -> dict:
     with runtime.sessions() as session:
-        conversation = convs.create_conversation(session, member_id=_member_id(session, member),
+        conversation = convs.create_conversation(session, member_id=member.member_id,
                                                  title=body.title or DEFAULT_TITLE)
         return _conversation(conversation)
 
@@ -157,7 +156,7 @@ def get_conversation(conversation_id: ConversationId, runtime: RuntimeDep, membe
 @router.patch("/{conversation_id}")
 def rename_conversation(conversation_id: ConversationId, body: Rename, runtime: RuntimeDep, member: CurrentMember) -> dict:
     with runtime.sessions() as session:
-        conversation = convs.rename_conversation(session, member_id=_member_id(session, member),
+        conversation = convs.rename_conversation(session, member_id=member.member_id,
                                                  conversation_id=conversation_id, title=body.title)
         if conversation is None:
             raise _not_found(conversation_id)
@@ -176,7 +175,7 @@ async def delete_conversation(conversation_id: ConversationId, runtime: RuntimeD
 
 def _delete(runtime, member: Caller, conversation_id: int) -> bool:
     with runtime.sessions() as session:
-        return convs.delete_conversation(session, member_id=_member_id(session, member),
+        return convs.delete_conversation(session, member_id=member.member_id,
                                          conversation_id=conversation_id)
 
 
@@ -189,8 +188,8 @@ async def send_message(conversation_id: ConversationId, body: Send, runtime: Run
     check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
 
     def prepare(loop) -> Answer:
+        member_id = member.member_id
         with runtime.sessions() as session:
-            member_id = _member_id(session, member)
             conversation = _owned(session, member, conversation_id)
             history = [*_turns(conversation.messages), {"role": "user", "content": body.content}]
             is_first = not conversation.messages and conversation.title == DEFAULT_TITLE
@@ -212,7 +211,7 @@ async def send_message(conversation_id: ConversationId, body: Send, runtime: Run
         answer.member_id = member_id
         return answer
 
-    return await _answer(runtime, inflight, member, conversation_id, prepare)
+    return await _answer(runtime, engine, inflight, member, conversation_id, prepare)
 
 
 @router.post("/{conversation_id}/regenerate")
@@ -222,8 +221,8 @@ async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, engin
     check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
 
     def prepare(loop) -> Answer:
+        member_id = member.member_id
         with runtime.sessions() as session:
-            member_id = _member_id(session, member)
             messages = list(_owned(session, member, conversation_id).messages)
         replaces = []
         while messages and messages[-1].role == "assistant":
@@ -235,7 +234,7 @@ async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, engin
         answer.member_id, answer.replaces = member_id, replaces
         return answer
 
-    return await _answer(runtime, inflight, member, conversation_id, prepare)
+    return await _answer(runtime, engine, inflight, member, conversation_id, prepare)
 
 
 @router.post("/{conversation_id}/stop")
@@ -258,13 +257,17 @@ class Answer:
     replaces: list[int] = field(default_factory=list)
     first_events: list[dict] = field(default_factory=list)
 
+    def abort(self) -> None:
+        self.stream.abort()
 
-async def _answer(runtime, inflight: Inflight, member: Caller, conversation_id: int,
+
+async def _answer(runtime, engine: Engine, inflight: Inflight, member: Caller, conversation_id: int,
                   prepare: Callable[[asyncio.AbstractEventLoop], Answer]) -> StreamingResponse:
     key = (member.name, conversation_id)
     slot = inflight.claim(key)
+    loop = asyncio.get_running_loop()
     try:
-        answer = await _in_thread(prepare)
+        answer = await off_loop(lambda: prepare(loop), engine=engine, lane=LANE, prompt_param="content")
     except BaseException:
         inflight.release(key, slot)
         raise
@@ -358,10 +361,7 @@ def _submit(engine: Engine, member: Caller, history: list[dict], params: Samplin
     max_seq_len = engine.max_seq_len_for(LANE)
     reserve = min(params.max_tokens, max_seq_len // 4)
     tokens = _fit(engine, history, max_seq_len - reserve)
-    try:
-        stream = engine.submit(tokens, lane=LANE, member=member.name, params=params, loop=loop)
-    except (InvalidRequest, QueueFull, EngineStopped) as exc:
-        raise from_engine(exc, prompt_param="content") from None
+    stream = engine.submit(tokens, lane=LANE, member=member.name, params=params, loop=loop)  # refusals: off_loop
     return Answer(stream, len(tokens))
 
 
@@ -384,39 +384,15 @@ def _fit(engine: Engine, history: list[dict], limit: int) -> list[int]:
         else:
             low = mid + 1
     if best is None:
-        last = tokens_from(len(history) - 1)
-        raise from_engine(PromptTooLong(len(last), limit), prompt_param="content")
+        raise PromptTooLong(len(tokens_from(len(history) - 1)), limit)
     return best
-
-
-async def _in_thread(call: Callable[[asyncio.AbstractEventLoop], Answer]) -> Answer:
-    """Run `call` in a worker thread; if the request is cancelled meanwhile, abort what it queued."""
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(None, call, loop)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        future.add_done_callback(_abort_result)
-        raise
-
-
-def _abort_result(future: asyncio.Future) -> None:
-    if not future.cancelled() and future.exception() is None:
-        future.result().stream.abort()
 
 
 # ---- store helpers --------------------------------------------------------------------
 
 
-def _member_id(session: Session, member: Caller) -> int:
-    member_id = session.scalar(select(Member.id).where(Member.name == member.name))
-    if member_id is None:  # removed since the token was checked
-        raise ApiError(401, "this member no longer exists", code="invalid_api_key", headers=CHALLENGE)
-    return member_id
-
-
 def _owned(session: Session, member: Caller, conversation_id: int) -> Conversation:
-    conversation = convs.get_conversation(session, member_id=_member_id(session, member),
+    conversation = convs.get_conversation(session, member_id=member.member_id,
                                           conversation_id=conversation_id)
     if conversation is None:
         raise _not_found(conversation_id)

@@ -4,18 +4,14 @@ A route resolves the lane (body `lane`, else the `X-HomeAI-Lane` header, else th
 default), checks the client's limits, and hands `dispatch.serve` its local answer: the model
 and the sampling parameters resolved, submitted to the engine, and what comes back shaped.
 A lane served by a remote server (`[remote.<lane>]`) is forwarded there instead.
-Templating and tokenising a prompt run in a worker thread, so a large prompt never holds up
-the event loop that streams everyone else's tokens.
+Submitting goes through `homeai.api.submit` (off the event loop, refusals as API errors).
 """
 
 from __future__ import annotations
 
-import json
-
 import asyncio
 import base64
-from collections.abc import Callable
-from typing import TypeVar
+import json
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
@@ -24,18 +20,17 @@ from fastapi.responses import JSONResponse, Response
 from homeai.api import dispatch
 from homeai.api.auth import CurrentMember, current_member
 from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep, get_engine
-from homeai.api.errors import ApiError, from_engine, retry_after
+from homeai.api.errors import ApiError
 from homeai.api.limits import check_generation
 from homeai.api.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from homeai.api.shapes import ChatShape, CompletionShape
 from homeai.api.streaming import abort_on_disconnect, collect, sse_response
-from homeai.engine.engine import Engine, EngineStopped, InvalidRequest, QueueFull, RequestStream
-from homeai.sched.request import Kind, SamplingParams
+from homeai.api.submit import off_loop, submit
+from homeai.engine.engine import Engine, RequestStream
+from homeai.sched.request import Kind
 from lanes.base import LanePolicy
 
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(current_member)])
-
-T = TypeVar("T")
 
 
 @router.get("/models")
@@ -61,8 +56,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, runtim
         citations = []
         if body.documents:
             messages, citations = await _with_documents(request, messages)
-        stream = await _submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=lane,
-                               member=member.name, params=params, prompt_param="messages")
+        stream = await submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=lane,
+                              member=member.name, params=params, prompt_param="messages")
         shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs)
         if body.stream:
             response = sse_response(stream, shape, include_usage=body.include_usage)
@@ -103,8 +98,8 @@ async def completions(body: CompletionRequest, request: Request, runtime: Runtim
         model = _model(runtime, None if fallback else body.model, "generate")
         params = body.sampling(policy)
         prompt = body.one_prompt()
-        stream = await _submit(engine, lambda: prompt, lane=lane, member=member.name, params=params,
-                               prompt_param="prompt")
+        stream = await submit(engine, lambda: prompt, lane=lane, member=member.name, params=params,
+                              prompt_param="prompt")
         shape = CompletionShape(model, engine.runner.piece, logprobs=body.logprobs is not None)
         if body.stream:
             return sse_response(stream, shape, include_usage=body.include_usage)
@@ -140,8 +135,8 @@ async def _embed(engine: Engine, request: Request, body: EmbeddingRequest, input
         raise ApiError(400, f"this model's embeddings have {n_embd} dimensions", code="invalid_value",
                        param="dimensions")
     loop = asyncio.get_running_loop()
-    streams = await _off_loop(lambda: _submit_embeds(engine, inputs, lane, member, loop), lane=lane,
-                              engine=engine, prompt_param="input")
+    streams = await off_loop(lambda: _submit_embeds(engine, inputs, lane, member, loop), lane=lane,
+                             engine=engine, prompt_param="input")
     async with abort_on_disconnect(request, streams):
         for stream in streams:
             async for _ in stream:
@@ -178,36 +173,6 @@ def _lane(runtime, name: str | None, default: str) -> tuple[str, LanePolicy]:
         raise ApiError(400, f"unknown lane {lane!r} (known: {', '.join(policies)})", code="unknown_lane",
                        param="lane")
     return lane, policy
-
-
-async def _submit(engine: Engine, prompt: Callable[[], str | list[int]], *, lane: str, member: str,
-                  params: SamplingParams, prompt_param: str) -> RequestStream:
-    loop = asyncio.get_running_loop()
-    return await _off_loop(
-        lambda: engine.submit(prompt(), lane=lane, member=member, params=params, loop=loop),
-        lane=lane, engine=engine, prompt_param=prompt_param)
-
-
-async def _off_loop(call: Callable[[], T], *, lane: str, engine: Engine, prompt_param: str) -> T:
-    """Run a submission in a worker thread; engine refusals become API errors, and streams
-    submitted for a request cancelled meanwhile are aborted."""
-    future = asyncio.get_running_loop().run_in_executor(None, call)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        future.add_done_callback(_abort_result)
-        raise
-    except (InvalidRequest, QueueFull, EngineStopped) as exc:
-        wait = retry_after(engine.snapshot(), lane) if isinstance(exc, QueueFull) else 1
-        raise from_engine(exc, prompt_param=prompt_param, retry_after_s=wait) from None
-
-
-def _abort_result(future: asyncio.Future) -> None:
-    if future.cancelled() or future.exception() is not None:
-        return
-    result = future.result()
-    for stream in result if isinstance(result, list) else [result]:
-        stream.abort()
 
 
 def _submit_embeds(engine: Engine, inputs: list, lane: str, member: str, loop) -> list[RequestStream]:

@@ -34,19 +34,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from fastapi import APIRouter, WebSocket
-from sqlalchemy import select
 from starlette.websockets import WebSocketDisconnect
 
-from homeai.api.auth import Caller, current_member
-from homeai.api.errors import ApiError, from_engine
+from homeai.api.auth import Caller, bearer, caller_of
+from homeai.api.errors import ApiError
 from homeai.api.limits import TooMany
 from homeai.api.revocation import Hold, Revocations, revoked_tokens
 from homeai.api.schemas import MAX_INT64, find_invalid_text
-from homeai.engine.engine import EngineStopped, InvalidRequest, QueueFull, TokenEvent
+from homeai.api.submit import submit
+from homeai.engine.engine import TokenEvent
 from homeai.sched.request import SamplingParams
 from homeai.speech.base import MAX_RATE, MIN_RATE, AudioError, SpeechBusy, resample
 from homeai.store import conversations as convs
-from homeai.store.models import Member
 from lanes import voice as voice_lane
 from lanes.base import LanePolicy
 
@@ -135,7 +134,7 @@ class VoiceSession:
     # ---- the receive loop --------------------------------------------------------
 
     async def run(self) -> None:
-        token = self.ws.query_params.get("token") or _bearer(self.ws.headers.get("authorization"))
+        token = self.ws.query_params.get("token") or bearer(self.ws.headers.get("authorization"))
         try:
             if token or not self.runtime.cfg.auth.required:
                 await self._authenticate(token)
@@ -319,9 +318,9 @@ class VoiceSession:
                 self.gone = True  # the client left; the receive loop sees the disconnect
 
     async def _authenticate(self, token: str | None) -> None:
-        header = f"Bearer {token.strip()}" if token and token.strip() else None
+        token = token.strip() if token and token.strip() else None
         try:
-            caller = await asyncio.to_thread(current_member, self.runtime, header)
+            caller = await asyncio.to_thread(caller_of, self.runtime, token)
         except ApiError:
             raise Unauthorized("missing, invalid or revoked token") from None
         if self.caller is None or caller.name != self.caller.name:
@@ -332,7 +331,7 @@ class VoiceSession:
             self.release()
         self.caller = caller
         self._stop_waiting()
-        self._hold(token.strip() if token else None)
+        self._hold(token)
 
     def _hold(self, token: str | None) -> None:
         """Watch the token now in use (none: nothing to revoke, auth is off)."""
@@ -369,10 +368,9 @@ class VoiceSession:
         """The member's id when a conversation is named, after checking it is theirs."""
         if conversation_id is None:
             return None
+        member_id = self.caller.member_id
         with self.runtime.sessions() as session:
-            member_id = session.scalar(select(Member.id).where(Member.name == self.caller.name))
-            found = member_id is not None and convs.get_conversation(
-                session, member_id=member_id, conversation_id=conversation_id) is not None
+            found = convs.get_conversation(session, member_id=member_id, conversation_id=conversation_id) is not None
         if not found:
             raise VoiceError("conversation_not_found", f"no conversation {conversation_id} of yours")
         return member_id
@@ -489,18 +487,11 @@ class Turn:
 
 
 async def _submit(engine, messages: list[dict], member: str):
-    """Template, tokenise and queue in a worker thread; a stream queued after a cancel is aborted."""
-    loop = asyncio.get_running_loop()
-    params = answer_params(engine.policies[LANE])
-    future = loop.run_in_executor(None, lambda: engine.submit(
-        engine.runner.apply_chat_template(messages), lane=LANE, member=member, params=params, loop=loop))
+    """Queue the answer through the API's one submit path; a refusal becomes a `VoiceError`."""
     try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-        future.add_done_callback(lambda f: f.cancelled() or f.exception() or f.result().abort())
-        raise
-    except (InvalidRequest, QueueFull, EngineStopped) as exc:
-        error = from_engine(exc, prompt_param="messages")
+        return await submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=LANE, member=member,
+                            params=answer_params(engine.policies[LANE]), prompt_param="messages")
+    except ApiError as error:
         raise VoiceError(error.code, error.message) from None
 
 
@@ -560,11 +551,3 @@ def _at_16k(pcm: bytes, sample_rate: int) -> bytes:
         return pcm
     audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32)
     return resample(audio, sample_rate).astype("<i2").tobytes()
-
-
-def _bearer(authorization: str | None) -> str | None:
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
-

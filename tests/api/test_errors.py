@@ -14,6 +14,7 @@ import contextlib
 import httpx
 import pytest
 
+from homeai.engine.engine import QueueFull
 from tests.api.conftest import TIMEOUT, api_config, lanes, serve, wait_for
 
 pytestmark = pytest.mark.model
@@ -164,6 +165,23 @@ def test_same_origin_only_by_default(http):
     assert "access-control-allow-origin" not in preflight.headers
     r = chat(http, max_tokens=1)
     assert "access-control-allow-origin" not in r.headers
+
+
+def test_full_queue_asks_every_route_to_wait_the_lanes_time_to_first_token(server, http, monkeypatch):
+    """The household chat and the OpenAI route refuse alike: 429, Retry-After from the lane's TTFT."""
+    engine = server.runtime.engine
+
+    def refuse(*_args, lane, **_kwargs):
+        raise QueueFull(lane, 1)
+
+    monkeypatch.setattr(engine, "submit", refuse)
+    monkeypatch.setattr(engine, "snapshot", lambda: {"lanes": {"chat": {"ttft_ms": {"p50": 3200.0}}}})
+    conversation = http.post("/api/conversations", json={"title": "busy"}).json()["id"]
+    household = http.post(f"/api/conversations/{conversation}/messages", json={"content": "Hi", "max_tokens": 2})
+    openai = chat(http)
+    for refused in (household, openai):
+        assert_error(refused, 429, "queue_full", "lane")
+        assert refused.headers["Retry-After"] == "4", refused.headers  # 3.2 s, rounded up
 
 
 def test_stopping_engine_is_503(server, http):
