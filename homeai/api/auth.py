@@ -15,7 +15,7 @@ from fastapi import Depends, Header
 
 from homeai.api.deps import RuntimeDep
 from homeai.api.errors import ApiError
-from homeai.store.members import DEFAULT_MEMBER, authenticate
+from homeai.store.members import authenticate, ensure_default_member
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -24,27 +24,38 @@ CHALLENGE = {"WWW-Authenticate": "Bearer"}
 class Caller:
     name: str
     is_admin: bool
+    member_id: int  # the member's row: routes scope their queries by it
+
+
+def bearer(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None when there is none or another scheme."""
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
 
 
 def current_member(runtime: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> Caller:
     """A plain function: FastAPI runs it in a worker thread, off the event loop (it queries the store)."""
-    if not authorization:
-        if runtime.cfg.auth.required:
-            raise ApiError(401, "missing bearer token (Authorization: Bearer hai_...)", code="missing_token",
-                           headers=CHALLENGE)
-        return Caller(DEFAULT_MEMBER, True)
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer(authorization)
+    if authorization and token is None:
         raise ApiError(401, "the Authorization header must be 'Bearer <token>'", code="invalid_api_key",
                        headers=CHALLENGE)
+    return caller_of(runtime, token)
+
+
+def caller_of(runtime, token: str | None) -> Caller:
+    """Who `token` (None: no token) names, or the default member where auth allows it; else a 401."""
+    if token is None and runtime.cfg.auth.required:
+        raise ApiError(401, "missing bearer token (Authorization: Bearer hai_...)", code="missing_token",
+                       headers=CHALLENGE)
     with runtime.sessions() as session:
-        member = authenticate(session, token.strip())
-        caller = Caller(member.name, member.is_admin) if member is not None else None
-    if caller is None:
-        if not runtime.cfg.auth.required:
-            return Caller(DEFAULT_MEMBER, True)
-        raise ApiError(401, "invalid or revoked token", code="invalid_api_key", headers=CHALLENGE)
-    return caller
+        member = authenticate(session, token)
+        if member is None:
+            if runtime.cfg.auth.required:
+                raise ApiError(401, "invalid or revoked token", code="invalid_api_key", headers=CHALLENGE)
+            member = ensure_default_member(session)
+        return Caller(member.name, member.is_admin, member.id)
 
 
 CurrentMember = Annotated[Caller, Depends(current_member)]

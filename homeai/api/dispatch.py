@@ -29,7 +29,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from homeai.api.errors import ApiError, error_body
-from homeai.api.streaming import DONE, SSE_HEADERS, sse
+from homeai.api.streaming import DONE, SSE_HEADERS, disconnected, sse
 from homeai.config import Config, RemoteConfig
 from homeai.remote import FairGate, GateClosed, RemoteClient, RemoteFailure, Ticket
 from homeai.sched.scheduler import QueueFull
@@ -105,7 +105,7 @@ class RemoteLane:
         or the server stops (503)."""
         task = asyncio.ensure_future(work)
         self.tasks.add(task)
-        watcher = asyncio.ensure_future(_disconnected(request))
+        watcher = asyncio.ensure_future(disconnected(request))
         try:
             await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # this handler is cancelled: free a stream it will never return
@@ -308,8 +308,3 @@ def _usage(response: httpx.Response) -> dict:
         return {}
     return usage if isinstance(usage, dict) else {}
 
-
-async def _disconnected(request: Request) -> None:
-    # The body has been read: the next message the server hands the app is the disconnect.
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

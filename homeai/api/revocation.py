@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from homeai.api.auth import CHALLENGE
+from homeai.api.auth import CHALLENGE, bearer
 from homeai.api.errors import ApiError, error_response
 from homeai.store.members import TOKEN_MARK, hash_token, revoked_among
 
@@ -157,6 +157,5 @@ async def _nothing() -> Message:
 
 
 def _member_token(scope: Scope) -> str | None:
-    scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token.startswith(TOKEN_MARK) else None
+    token = bearer(Headers(scope=scope).get("authorization"))
+    return token if token is not None and token.startswith(TOKEN_MARK) else None

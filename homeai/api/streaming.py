@@ -93,10 +93,13 @@ async def abort_on_disconnect(request: Request, streams: list[RequestStream]):
 
 
 async def _watch(request: Request, streams: list[RequestStream]) -> None:
+    await disconnected(request)
+    for stream in streams:
+        stream.abort()
+
+
+async def disconnected(request: Request) -> None:
+    """Return once the client has gone away; the one disconnect watcher of the API."""
     # The body has been read: the next message the server hands the app is the disconnect.
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            for stream in streams:
-                stream.abort()
-            return
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

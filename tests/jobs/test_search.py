@@ -37,8 +37,8 @@ def client(tmp_path, store, make_engine):
     service = JobService(cfg, make_engine(), store).start()
     app = FastAPI()
     app.include_router(jobs_api.router)
-    # What the real app keeps: the runtime (auth reads its config) and the job service.
-    app.state.runtime, app.state.jobs = SimpleNamespace(cfg=cfg), service
+    # What the real app keeps: the runtime (auth reads its config and the store) and the job service.
+    app.state.runtime, app.state.jobs = SimpleNamespace(cfg=cfg, sessions=store), service
     with TestClient(app) as client:
         yield client
     service.shutdown()
