@@ -42,6 +42,7 @@ from homeai.engine.engine import Engine, PromptTooLong, RequestStream, TokenEven
 from homeai.sched.request import SamplingParams
 from homeai.store import conversations as convs
 from homeai.store.models import Conversation, Message
+from lanes import chat as chat_lane
 
 # A database id: larger values would overflow SQLite's integer and fail as a 500.
 ConversationId = Annotated[int, Path(ge=1, le=2**63 - 1)]
@@ -357,35 +358,16 @@ def _store_answer(runtime, conversation_id: int, answer: Answer, text: str, num_
 
 
 def _submit(engine: Engine, member: Caller, history: list[dict], params: SamplingParams, loop) -> Answer:
-    """Template the latest turns that fit (leaving room for the answer) and queue them on the chat lane."""
-    max_seq_len = engine.max_seq_len_for(LANE)
-    reserve = min(params.max_tokens, max_seq_len // 4)
-    tokens = _fit(engine, history, max_seq_len - reserve)
+    """Queue the latest turns that fit (the chat lane leaves room for the answer) on the chat lane."""
+    runner = engine.runner
+    limit = chat_lane.prompt_limit(engine.max_seq_len_for(LANE), params.max_tokens)
+    try:
+        tokens = chat_lane.build_prompt(history, "", limit, template=runner.apply_chat_template,
+                                        tokenize=runner.tokenize)
+    except chat_lane.TooLong as e:  # the engine's refusal, so every route reports it alike
+        raise PromptTooLong(e.num_tokens, e.limit) from None
     stream = engine.submit(tokens, lane=LANE, member=member.name, params=params, loop=loop)  # refusals: off_loop
     return Answer(stream, len(tokens))
-
-
-def _fit(engine: Engine, history: list[dict], limit: int) -> list[int]:
-    """The prompt of the most recent turns within `limit` tokens; older turns are dropped first."""
-    runner = engine.runner
-
-    def tokens_from(start: int) -> list[int]:
-        return runner.tokenize(runner.apply_chat_template(history[start:]))
-
-    tokens = tokens_from(0)
-    if len(tokens) <= limit:
-        return tokens
-    low, high, best = 1, len(history) - 1, None  # fewer turns never take more tokens: bisect
-    while low <= high:
-        mid = (low + high) // 2
-        candidate = tokens_from(mid)
-        if len(candidate) <= limit:
-            best, high = candidate, mid - 1
-        else:
-            low = mid + 1
-    if best is None:
-        raise PromptTooLong(len(tokens_from(len(history) - 1)), limit)
-    return best
 
 
 # ---- store helpers --------------------------------------------------------------------

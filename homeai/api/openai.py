@@ -28,6 +28,7 @@ from homeai.api.streaming import abort_on_disconnect, collect, sse_response
 from homeai.api.submit import off_loop, submit
 from homeai.engine.engine import Engine, RequestStream
 from homeai.sched.request import Kind
+from lanes import chat as chat_lane
 from lanes.base import LanePolicy
 
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(current_member)])
@@ -53,11 +54,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, runtim
         model = _model(runtime, None if fallback else body.model, "generate")
         params = body.sampling(policy)
         messages = [m.for_template() for m in body.messages]
-        citations = []
-        if body.documents:
-            messages, citations = await _with_documents(request, messages)
-        stream = await submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=lane,
-                              member=member.name, params=params, prompt_param="messages")
+        docs, citations = await _documents(request, messages) if body.documents else ("", [])
+        runner = engine.runner
+
+        def prompt() -> list[int]:  # every message kept: the client chose them; too long is its 400
+            return chat_lane.build_prompt(messages, docs, None, template=runner.apply_chat_template,
+                                          tokenize=runner.tokenize)
+
+        stream = await submit(engine, prompt, lane=lane, member=member.name, params=params,
+                              prompt_param="messages")
         shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs)
         if body.stream:
             response = sse_response(stream, shape, include_usage=body.include_usage)
@@ -74,17 +79,17 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, runtim
                                 stream=body.stream, local=local)
 
 
-async def _with_documents(request: Request, messages: list[dict]) -> tuple[list[dict], list[dict]]:
-    """Put the household's best-matching chunks before the conversation; the citations to return."""
+async def _documents(request: Request, messages: list[dict]) -> tuple[str, list[dict]]:
+    """The household's chunks best matching the question, as the chat lane's document context
+    (a system message's text, "" when none match), and the citations to return."""
     jobs = getattr(request.app.state, "jobs", None)
     if jobs is None:
         raise ApiError(400, "this server indexes no documents", code="documents_unavailable", param="documents")
-    question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    system_text, citations = await jobs.build_document_context(question, 5)
+    system_text, citations = await jobs.build_document_context(chat_lane.question(messages),
+                                                               chat_lane.MAX_DOCUMENTS)
     if not system_text:
-        return messages, []
-    cited = [{k: c[k] for k in ("n", "path", "score", "snippet")} for c in citations]
-    return [{"role": "system", "content": system_text}, *messages], cited
+        return "", []
+    return system_text, [{k: c[k] for k in ("n", "path", "score", "snippet")} for c in citations]
 
 
 @router.post("/completions")

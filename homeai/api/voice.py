@@ -61,7 +61,6 @@ LANE = "voice"
 MAX_MESSAGE_BYTES = 256 * 1024
 AUTH_TIMEOUT_S = 10.0  # an unauthenticated socket must send session.start with a token by then
 PRE_ROLL_S = 1.0  # with server VAD, the audio kept from before the speech starts
-MAX_HISTORY = 10  # messages of the conversation put in front of the question
 CLOSE_UNAUTHORIZED, CLOSE_TOO_MANY, CLOSE_INTERNAL_ERROR = 4401, 4429, 1011
 LANGUAGE = re.compile(r"^[a-z]{2,3}$")
 
@@ -428,7 +427,7 @@ class Turn:
         if engine is None:
             raise VoiceError("model_loading", "the model is still loading; retry shortly")
         history = await asyncio.to_thread(self._history)
-        self.stream = await _submit(engine, voice_lane.build_messages(question, history), self.member)
+        self.stream = await _submit(engine, question, history, self.member)
         async for event in self.stream:
             if isinstance(event, TokenEvent) and self.ttft_ms is None:
                 self.ttft_ms = self._ms()
@@ -464,6 +463,7 @@ class Turn:
         return round((time.perf_counter() - self.ended_at) * 1000.0, 1)
 
     def _history(self) -> list[dict]:
+        """The turns of the conversation named, if any, that the voice lane answers after."""
         conversation_id = self.settings.conversation_id
         if conversation_id is None:
             return []
@@ -471,8 +471,7 @@ class Turn:
             conversation = convs.get_conversation(session, member_id=self.member_id,
                                                   conversation_id=conversation_id)
             messages = conversation.messages if conversation is not None else []
-            return [{"role": m.role, "content": m.content} for m in messages[-MAX_HISTORY:]
-                    if m.role in ("user", "assistant") and m.content]
+            return voice_lane.recent_history([{"role": m.role, "content": m.content} for m in messages])
 
     def _store(self, answer: str) -> None:
         stats = self.stream.finished.stats if self.stream is not None and self.stream.finished else None
@@ -486,11 +485,13 @@ class Turn:
                               output_tokens=stats.output_tokens if stats else None)
 
 
-async def _submit(engine, messages: list[dict], member: str):
+async def _submit(engine, question: str, history: list[dict], member: str):
     """Queue the answer through the API's one submit path; a refusal becomes a `VoiceError`."""
+    template = engine.runner.apply_chat_template
     try:
-        return await submit(engine, lambda: engine.runner.apply_chat_template(messages), lane=LANE, member=member,
-                            params=answer_params(engine.policies[LANE]), prompt_param="messages")
+        return await submit(engine, lambda: voice_lane.build_prompt(question, history, template=template),
+                            lane=LANE, member=member, params=answer_params(engine.policies[LANE]),
+                            prompt_param="messages")
     except ApiError as error:
         raise VoiceError(error.code, error.message) from None
 
