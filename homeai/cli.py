@@ -90,6 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--seed", type=int, default=0)
     http.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     http.add_argument("--out", default="bench-out", help="folder for http.json and http.md")
+    multi = bsub.add_parser("multiturn", help="conversations re-sending a long stable prompt: prompt reuse on and off")
+    multi.add_argument("--members", type=int, default=3, help="conversations at once (a one-member run is added)")
+    multi.add_argument("--turns", type=int, default=6)
+    multi.add_argument("--system-len", type=int, default=1500, help="tokens of the stable system prompt")
+    multi.add_argument("--policies", default=",".join(("homeai", "homeai-no-reuse", "fifo", "static", "serial")))
+    multi.add_argument("--simulate", nargs="?", const="cpu-smollm2", metavar="PROFILE",
+                       help="no model: a step-cost profile (see `bench all --simulate`)")
+    multi.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    multi.add_argument("--out", default="bench-out", help="folder for multiturn.json and multiturn.md")
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -193,6 +202,8 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         return run_neighbour(cfg, args)
     if args.workload == "http":
         return run_http(cfg, args)
+    if args.workload == "multiturn":
+        return run_multiturn(cfg, args)
     if args.workload == "model":
         from homeai.bench.random_model import write
 
@@ -246,6 +257,47 @@ def run_http(cfg: config_mod.Config, args) -> int:
     http_bench.write(doc, " ".join(["homeai", *sys.argv[1:]]), Path(args.out))
     print("\n".join(doc["findings"]))
     print(f"report in {Path(args.out) / 'http.md'}")
+    return 0
+
+
+def run_multiturn(cfg: config_mod.Config, args) -> int:
+    from homeai.bench import multiturn, suite
+    from homeai.bench.driver import SimRunner
+    from homeai.engine.engine import scheduler_limits
+
+    runner = None
+    if not args.simulate:
+        from homeai.engine.runner import Runner
+        from homeai.models import generation_model
+
+        runner = Runner(cfg.model, generation_model(cfg))
+    quick = args.quick
+    base = multiturn.Shape(members=args.members, turns=3 if quick else args.turns,
+                           system_len=200 if quick else args.system_len, output_len=8 if quick else 24,
+                           doc_len=200 if quick else 1500)
+    shapes = {"one conversation, idle": multiturn.replace(base, members=1),
+              f"{args.members} members, idle": base,
+              f"{args.members} members, background saturated": multiturn.replace(base, background=True)}
+    policies = [p for p in args.policies.split(",") if p]
+    unknown = set(policies) - set(multiturn.POLICIES)
+    if unknown:
+        print(f"homeai: unknown policies {', '.join(sorted(unknown))} (known: {', '.join(multiturn.POLICIES)})",
+              file=sys.stderr)
+        return 2
+    try:
+        limits = scheduler_limits(cfg, runner and runner.info)
+        doc = multiturn.run(shapes, cfg.lanes, limits, runner or SimRunner(*suite.load_profile(args.simulate)),
+                            simulated=runner is None, policies=policies,
+                            progress=lambda s, p, r: print(f"  {s} / {p}: turn 1 {r['turn1_ttft_ms']['p50']} ms, "
+                                                           f"later {r['later_ttft_ms']['p50']} ms", flush=True))
+        machine = suite._machine(runner) if runner else f"simulated ({args.simulate})"
+    finally:
+        if runner is not None:
+            runner.close()
+    doc["findings"] = multiturn.findings(doc)
+    multiturn.write(doc, Path(args.out), " ".join(["homeai", *sys.argv[1:]]), machine)
+    print("\n".join(doc["findings"]))
+    print(f"report in {Path(args.out) / 'multiturn.md'}")
     return 0
 
 

@@ -81,6 +81,8 @@ class SchedulerConfig:
     background_min_share: float = 0.1  # share of each step kept for background work when backlogged
     min_chunk: int = 16  # smallest prefill chunk worth scheduling
     max_step_ms: float = 120.0  # a step never aims past this: an interactive arrival waits at most one step
+    prompt_cache: bool = True  # keep finished requests' KV as prefixes later prompts start from (false: measure without)
+    prompt_cache_max_cells: int = 0  # KV cells cached prefixes may hold per cache; 0: any the live requests leave free
 
 
 @dataclass(frozen=True)
@@ -305,6 +307,7 @@ def validate(cfg: Config, source: str) -> Config:
     _check(0 <= sc.background_min_share < 1, source, "scheduler.background_min_share", "must be in [0, 1)")
     _check(1 <= sc.min_chunk <= m.n_batch, source, "scheduler.min_chunk", "must be 1..model.n_batch")
     _check(sc.max_step_ms > 0, source, "scheduler.max_step_ms", "must be positive")
+    _check(sc.prompt_cache_max_cells >= 0, source, "scheduler.prompt_cache_max_cells", "must be 0 or more")
     _check(cfg.speech.device in ("cpu", "cuda", "auto"), source, "speech.device", "must be cpu, cuda or auto")
     _check(cfg.speech.workers >= 1, source, "speech.workers", "must be at least 1")
     _check(cfg.speech.max_utterance_s > 0, source, "speech.max_utterance_s", "must be positive")

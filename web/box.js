@@ -20,6 +20,12 @@ function ms(value) {
   return value === null || value === undefined ? "–" : `${Math.round(value)} ms`;
 }
 
+// The share of a lane's prompt tokens read from the prompt cache, since the server started.
+function cached(cache) {
+  if (!cache || !cache.prompt_tokens) return "–";
+  return `${Math.round(100 * cache.hit_rate)}%`;
+}
+
 function meter(label, used, total) {
   const wrap = el("div", { class: "meter" });
   const bar = el("progress", { max: String(total || 1), value: String(used || 0), "aria-label": label });
@@ -76,12 +82,14 @@ export class BoxView {
         cell("TTFT p50 / p95", `${ms(ttft.p50)} / ${ms(ttft.p95)}`),
         cell("ITL p50 / p95", `${ms(itl.p50)} / ${ms(itl.p95)}`),
         cell("Done (5 min)", String(lane.finished ?? "–")),
+        cell("Prompt cached", cached(lane.prompt_cache)),
         cell("Rejected", String(lane.rejected ?? 0)));
     });
     this.lanes.replaceChildren(...rows);
     const kv = snapshot.kv || {};
     this.kv.replaceChildren(
       meter("KV cells", kv.cells_used, kv.cells_total),
+      meter("Cached prefix cells", kv.cells_cached ?? 0, kv.cells_total),
       meter("Sequences", kv.seqs_used, kv.seqs_total),
     );
   }

@@ -61,9 +61,10 @@ def from_engine(exc: Exception, *, prompt_param: str, retry_after_s: int = 1) ->
     raise TypeError(f"not an engine refusal: {exc!r}")
 
 
-def retry_after(snapshot: dict, lane: str) -> int:
+def retry_after(state: EngineState, lane: str) -> int:
     """Seconds a refused client should wait: the lane's recent median time to first token, at least 1."""
-    p50_ms = snapshot["lanes"].get(lane, {}).get("ttft_ms", {}).get("p50")
+    known = state.lanes.get(lane)
+    p50_ms = known.ttft_ms.p50 if known is not None else None
     return max(1, math.ceil((p50_ms or 0) / 1000.0))
 
 

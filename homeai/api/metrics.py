@@ -2,7 +2,7 @@
 
 Histograms and counters are fed by `engine.on_finish` (`Metrics.observe`, in the engine
 thread: label children are made once, so an observation is a lock and a bucket search).
-Gauges, and the rejection counter the engine keeps, are read from `engine.snapshot()` at
+Gauges, and the rejection counter the engine keeps, are read from `engine.state()` at
 scrape time. Every per-lane series carries the label `lane`. When auth is required, scraping
 needs a member's bearer token (a member made for Prometheus will do), unless
 `server.metrics_public` opens it to anyone who reaches the port.
@@ -17,6 +17,7 @@ from fastapi import APIRouter, Header, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from homeai.engine.state import EngineState
 from homeai.engine.stats import RequestStats
 
 router = APIRouter(tags=["metrics"])
@@ -28,7 +29,7 @@ E2E_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 60
 
 
 class Metrics:
-    def __init__(self, lanes: Iterable[str], snapshot: Callable[[], dict | None]):
+    def __init__(self, lanes: Iterable[str], state: Callable[[], EngineState | None]):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         hist = {
@@ -50,7 +51,7 @@ class Metrics:
                    "requests": {o: requests.labels(lane, o) for o in OUTCOMES},
                    "prompt": prompt.labels(lane), "output": output.labels(lane), "preempt": preempt.labels(lane)}
             for lane in lanes}
-        self.registry.register(SnapshotCollector(snapshot))
+        self.registry.register(SnapshotCollector(state))
 
     def observe(self, stats: RequestStats) -> None:
         """One finished request (an `engine.on_finish` callback)."""
@@ -78,18 +79,18 @@ class Metrics:
 class SnapshotCollector:
     """Gauges and the engine's rejection counts, read when Prometheus scrapes."""
 
-    def __init__(self, snapshot: Callable[[], dict | None]):
-        self.snapshot = snapshot
+    def __init__(self, state: Callable[[], EngineState | None]):
+        self.state = state
 
     def describe(self) -> list[Metric]:
         return []  # the series depend on the engine; nothing to check at registration
 
     def collect(self) -> Iterable[Metric]:
-        snap = self.snapshot()
+        state = self.state()
         loaded = GaugeMetricFamily("homeai_model_loaded", "1 once the model is loaded and the engine runs")
-        loaded.add_metric([], 1.0 if snap else 0.0)
+        loaded.add_metric([], 1.0 if state else 0.0)
         yield loaded
-        if not snap:
+        if not state:
             return
         families = {
             "queued": GaugeMetricFamily("homeai_queue_depth", "Requests waiting in the lane", labels=["lane"]),
@@ -98,21 +99,47 @@ class SnapshotCollector:
             "rejected": CounterMetricFamily("homeai_rejections", "Requests refused because the lane queue was full",
                                             labels=["lane"]),
         }
-        for lane, state in snap["lanes"].items():
+        for lane, lane_state in state.lanes.items():
             for key, family in families.items():
-                family.add_metric([lane], float(state[key]))
+                family.add_metric([lane], float(getattr(lane_state, key)))
         yield from families.values()
-        kv = snap["kv"]
+        yield from _prompt_cache(state)
         for name, help_text, value in (
-                ("homeai_kv_cells_used", "KV cache cells in use", kv["cells_used"]),
-                ("homeai_kv_cells_free", "KV cache cells free", kv["cells_total"] - kv["cells_used"]),
-                ("homeai_sequences_used", "Sequence ids in use", kv["seqs_used"])):
+                ("homeai_kv_cells_used", "KV cache cells held by live sequences", state.total("cells_used")),
+                ("homeai_kv_cells_free", "KV cache cells free (cached prefixes count as free: they give way)",
+                 state.total("cells_total") - state.total("cells_used")),
+                ("homeai_sequences_used", "Sequence ids in use", state.total("seqs_used"))):
             gauge = GaugeMetricFamily(name, help_text)
             gauge.add_metric([], float(value))
             yield gauge
         steps = CounterMetricFamily("homeai_engine_steps", "Engine iterations run")
-        steps.add_metric([], float(snap["steps"]))
+        steps.add_metric([], float(state.steps))
         yield steps
+
+
+def _prompt_cache(state: EngineState) -> Iterable[Metric]:
+    """`homeai_prompt_cache_*`: per lane, prompt tokens read from the cache against all of them;
+    per KV cache, the cells and entries cached prefixes hold."""
+    prompt = CounterMetricFamily("homeai_prompt_cache_prompt_tokens", "Prompt tokens of finished generations",
+                                 labels=["lane"])
+    cached = CounterMetricFamily("homeai_prompt_cache_hit_tokens",
+                                 "Prompt tokens found in the prompt cache instead of computed", labels=["lane"])
+    hits = CounterMetricFamily("homeai_prompt_cache_hits", "Finished generations that reused cached tokens",
+                               labels=["lane"])
+    rate = GaugeMetricFamily("homeai_prompt_cache_hit_rate", "Share of prompt tokens read from the cache",
+                             labels=["lane"])
+    for lane, lane_state in state.lanes.items():
+        use = lane_state.prompt_cache
+        prompt.add_metric([lane], float(use.prompt_tokens))
+        cached.add_metric([lane], float(use.cached_tokens))
+        hits.add_metric([lane], float(use.hits))
+        rate.add_metric([lane], use.hit_rate)
+    cells = GaugeMetricFamily("homeai_prompt_cache_cells", "KV cells held by cached prefixes", labels=["cache"])
+    entries = GaugeMetricFamily("homeai_prompt_cache_entries", "Cached prefixes", labels=["cache"])
+    for name, cache in state.caches.items():
+        cells.add_metric([name], float(cache.cells_cached))
+        entries.add_metric([name], float(cache.entries))
+    yield from (prompt, cached, hits, rate, cells, entries)
 
 
 @router.get("/metrics", include_in_schema=False)

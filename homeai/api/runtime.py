@@ -29,6 +29,7 @@ from homeai.api.dispatch import RemoteLanes
 from homeai.api.limits import PerMember
 from homeai.api.metrics import Metrics
 from homeai.api.recorder import StatsRecorder
+from homeai.engine.state import EngineState
 from homeai.api.shutdown import Admission
 from homeai.config import Config
 from homeai.engine.engine import Engine, create_engine
@@ -61,7 +62,7 @@ class Runtime:
         self.engine: Engine | None = None
         self.error: str | None = None
         self.models: dict[str, ModelCard] = {}  # generate and embed
-        self.metrics = Metrics(cfg.lanes, self.snapshot)
+        self.metrics = Metrics(cfg.lanes, self.state)
         self.db = None
         self.sessions = None
         self.recorder: StatsRecorder | None = None
@@ -179,8 +180,8 @@ class Runtime:
     def ready(self) -> bool:
         return self.engine is not None
 
-    def snapshot(self) -> dict | None:
-        return self.engine.snapshot() if self.engine is not None else None
+    def state(self) -> EngineState | None:
+        return self.engine.state() if self.engine is not None else None
 
     def model_id(self, purpose: str) -> str:
         return self.models[purpose].id

@@ -21,7 +21,8 @@ FLOOR_LOGPROB = -9999.0  # what OpenAI sends for a probability that underflows
 def usage(finish: FinishEvent) -> dict:
     s = finish.stats
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.output_tokens,
-            "total_tokens": s.prompt_tokens + s.output_tokens}
+            "total_tokens": s.prompt_tokens + s.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}
 
 
 def finish_reason(finish: FinishEvent) -> str:

@@ -47,7 +47,7 @@ async def off_loop(call: Callable[[], T], *, engine: Engine, lane: str, prompt_p
 
 def refusal(exc: Exception, *, engine: Engine, lane: str, prompt_param: str) -> ApiError:
     """The API error for an engine refusal on `lane`."""
-    wait = retry_after(engine.snapshot(), lane) if isinstance(exc, QueueFull) else 1
+    wait = retry_after(engine.state(), lane) if isinstance(exc, QueueFull) else 1
     return from_engine(exc, prompt_param=prompt_param, retry_after_s=wait)
 
 

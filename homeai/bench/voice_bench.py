@@ -216,12 +216,11 @@ class BackgroundLoad:
                     stream.abort()
 
     def _busy(self) -> bool:
-        lanes = self.engine.snapshot()["lanes"]
-        return lanes["summaries"]["running"] > 0
+        return self.engine.state().lanes["summaries"].running > 0
 
     def state(self) -> dict:
-        lanes = self.engine.snapshot()["lanes"]
-        return {lane: {"running": lanes[lane]["running"], "queued": lanes[lane]["queued"]}
+        lanes = self.engine.state().lanes
+        return {lane: {"running": lanes[lane].running, "queued": lanes[lane].queued}
                 for lane in ("summaries", "embeddings")}
 
     def summary(self) -> dict:

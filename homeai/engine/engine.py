@@ -26,6 +26,7 @@ from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from homeai.engine.state import CacheState, EngineState, LaneState, Latency, PromptCacheUse
 from homeai.engine.stats import LaneWindow, RequestStats
 from homeai.engine.text import TextStream
 from homeai.sched import costmodel
@@ -163,6 +164,7 @@ class Engine:
         self.on_death: list[Callable[[str], None]] = []  # called once, from the dying loop thread
         self.failure: str | None = None  # why the loop died, once it has
         self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0}
+        self.prompt_cache = {name: PromptCacheUse() for name in policies}  # per lane, since the start
         self._ids = itertools.count()
         self._calls: deque = deque()  # call_in_loop() work, run between steps
         self._background_holds = 0  # background_paused() blocks open: only interactive work steps
@@ -418,6 +420,9 @@ class Engine:
         if stream is None:
             return
         stats = RequestStats.of(request, reason, self.clock())
+        if request.kind is Kind.GENERATE:
+            self.prompt_cache[request.lane] = self.prompt_cache[request.lane].plus(stats.prompt_tokens,
+                                                                                 stats.cached_tokens)
         stream.push(FinishEvent(reason, stream.text.flush(), stats, request.embedding, error))
         self.windows[request.lane].add(stats)
         for callback in self.on_finish:
@@ -434,38 +439,29 @@ class Engine:
 
     # ---- what the box is doing -----------------------------------------------------
 
-    def snapshot(self) -> dict:
-        """Each lane's policy and live state, and the KV cache's use."""
+    def state(self) -> EngineState:
+        """Each lane's policy and live state, each KV cache's use and the prompt cache's hits."""
         with self.lock:
             sched = self.scheduler
             running = {name: 0 for name in self.policies}
             for request in sched.running:
                 running[request.lane] += 1
-            lanes = {name: {"policy": _policy_dict(policy), "queued": sched.num_waiting(name),
-                            "running": running[name], "rejected": self.counters["rejected"][name],
-                            "typical_output_tokens": round(sched.typical_output(name), 1),
-                            "reading_pace_ms": _rounded(sched.reading_pace(name)),
-                            **self.windows[name].summary()}
-                     for name, policy in self.policies.items()}
-            caches = {pool.value: _cache_dict(sched.pools.kv[pool], sched.limits.num_seqs)
-                      for pool in reversed(sched.pools.generating)}
-            kv = {key: sum(c[key] for c in caches.values()) for key in caches["main"]}  # totals
-            kv["caches"] = caches
-            return {"lanes": lanes, "kv": kv, "steps": self.counters["steps"],
-                    "step_cost_ms": costmodel.named(sched.cost.coefficients)}
+            lanes = {name: self._lane_state(name, policy, running[name]) for name, policy in self.policies.items()}
+            caches = {pool.value: CacheState(kv.num_cells, kv.num_used_cells, kv.num_cached_cells,
+                                             sched.limits.num_seqs, len(kv.allocated), len(kv.cached))
+                      for pool in reversed(sched.pools.generating) for kv in [sched.pools.kv[pool]]}
+            return EngineState(lanes, caches, self.counters["steps"], costmodel.named(sched.cost.coefficients))
+
+    def _lane_state(self, name: str, policy: LanePolicy, running: int) -> LaneState:
+        recent = self.windows[name].summary()
+        return LaneState(policy, self.scheduler.num_waiting(name), running, self.counters["rejected"][name],
+                         round(self.scheduler.typical_output(name), 1), _rounded(self.scheduler.reading_pace(name)),
+                         recent["finished"], Latency(**recent["ttft_ms"]), Latency(**recent["itl_ms"]),
+                         self.prompt_cache[name])
 
 
 def _rounded(ms: float | None) -> float | None:
     return None if ms is None else round(ms, 1)
-
-
-def _cache_dict(kv, num_seqs: int) -> dict:
-    return {"cells_total": kv.num_cells, "cells_used": kv.num_used_cells,
-            "seqs_total": num_seqs, "seqs_used": len(kv.allocated)}
-
-
-def _policy_dict(policy: LanePolicy) -> dict:
-    return {k: v for k, v in policy.__dict__.items() if k != "name"}
 
 
 async def _last(stream: RequestStream) -> FinishEvent:
@@ -482,7 +478,8 @@ def scheduler_limits(cfg, info=None) -> SchedulerLimits:
         num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
         embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, w_in=s.w_in, w_out=s.w_out,
         background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms,
-        embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=m.interactive_n_ctx)
+        embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=m.interactive_n_ctx,
+        prompt_cache=s.prompt_cache, prompt_cache_max_cells=s.prompt_cache_max_cells)
 
 
 def create_engine(cfg, runner) -> Engine:

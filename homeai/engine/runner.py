@@ -31,7 +31,7 @@ from homeai.config import ModelConfig
 from homeai.engine import gpu
 from homeai.threads import default_threads
 from homeai.sched.request import Sample, SamplingParams
-from homeai.sched.pools import GENERATE, Pool
+from homeai.sched.pools import GENERATE, Copy, Pool
 from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
 
 
@@ -257,11 +257,15 @@ class Runner:
 
     def run(self, plan: StepPlan) -> StepResult:
         start = time.perf_counter()
-        for pool, seq_ids in plan.release.items():
+        for pool, ops in plan.cache_ops.items():
             memory = self._memory(pool)
-            for seq_id in seq_ids:
-                if memory:  # an encoder without a KV cache keeps nothing to drop
-                    ll.llama_memory_seq_rm(memory, seq_id, -1, -1)
+            if not memory:  # an encoder without a KV cache keeps nothing to drop
+                continue
+            for op in ops:
+                if isinstance(op, Copy):
+                    ll.llama_memory_seq_cp(memory, op.src, op.dst, 0, op.length)
+                else:
+                    ll.llama_memory_seq_rm(memory, op.seq_id, op.start, -1)
         for request_id in plan.done:
             self._free_sampler(request_id)
             self._pooled.pop(request_id, None)

@@ -18,6 +18,7 @@ class RequestStats:
     outcome: str  # stop | length | abort | error
     prompt_tokens: int
     output_tokens: int
+    cached_tokens: int  # prompt tokens found in the prompt cache, not computed
     queue_ms: float | None  # arrival to admission
     ttft_ms: float | None  # arrival to first token (embeddings: to the vector)
     e2e_ms: float
@@ -29,7 +30,8 @@ class RequestStats:
         def ms(t):
             return None if t is None else (t - request.arrival_time) * 1000.0
         return cls(request.request_id, request.lane, request.member, request.kind.value, outcome,
-                   request.num_prompt_tokens, len(request.output_tokens), ms(request.admitted_time),
+                   request.num_prompt_tokens, len(request.output_tokens), request.num_cached_tokens,
+                   ms(request.admitted_time),
                    ms(request.first_token_time), ms(request.finish_time or now),
                    tuple(x * 1000.0 for x in request.itls), request.num_preemptions)
 

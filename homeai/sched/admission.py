@@ -37,6 +37,8 @@ class Admission:
             return False
         if request.num_tokens >= memo.failed_need[interactive]:
             return False  # a smaller request of this class already could not get in this step
+        if self.pools.shares_a_prefix_being_read(request):
+            return False  # it waits for the cells it will share
         if interactive and not self.keeps_pace(request, step):
             memo.failed_need[interactive] = request.num_tokens
             return False
@@ -115,14 +117,15 @@ class Admission:
             # them) could not use a reserve: keeping one would starve the chat, with nothing run.
             admissible = head.kind is Kind.EMBED or self.fits(head.num_tokens, False, step)
             if admissible and step.eligible(head):
-                if head.kind is not Kind.EMBED or self.embedding_may_go(head.num_tokens, room, step):
+                if head.kind is not Kind.EMBED or self.embedding_may_go(head, room, step):
                     return room
                 usable = 0
         return usable
 
-    def embedding_may_go(self, n: int, room: int, step: Step) -> bool:
+    def embedding_may_go(self, request: Request, room: int, step: Step) -> bool:
         """A chunked input goes in what is left of the step. An atomic one larger than that
         overflows the step only when no interactive work is running or background is owed it."""
-        if self.embed_chunked or n <= room or self.share.atomic_may_overflow(n, step.overdue):
+        n = request.num_tokens
+        if self.embed_chunked or n <= room or self.share.atomic_may_overflow(n, request.lane, step.overdue):
             return True
         return not any(r.interactive for r in self.pools.running)

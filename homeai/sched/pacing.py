@@ -36,6 +36,10 @@ class PaceTuning:
     shared_pace: float = 2.0
     # With no reader, of `max_step_ms`, what a step aims at: higher is more throughput, less margin.
     background_aim: float = 0.9
+    # With nothing decoding at all (a prompt read alone, say a long first turn on an idle box),
+    # a step may aim this many times longer: fewer steps pay the step's fixed cost less often,
+    # so the prompt is read faster; an arrival meanwhile waits up to one such step.
+    lone_step: float = 3.0
     # How far each finished request moves its lane's typical output length towards its own:
     # higher learns a lane's change faster, and follows its outliers more.
     typical_learning: float = 0.2
@@ -69,21 +73,24 @@ class Pacing:
         lone = cost.predict_ms(StepShape(1, 1, 0.0, 1))
         return max(target_ms, self.tuning.shared_pace * lone / self.tuning.readers_aim)
 
-    def aim(self, pace: float | None) -> float:
-        """A step's time target (ms): below the readers' pace, or near `max_step_ms` without readers."""
-        return self.tuning.step_aim * pace if pace is not None else self.tuning.background_aim * self.max_step_ms
+    def aim(self, pace: float | None, lone: bool = False) -> float:
+        """A step's time target (ms): below the readers' pace, or near `max_step_ms` without readers
+        (`lone_step` times that with nothing decoding at all)."""
+        if pace is not None:
+            return self.tuning.step_aim * pace
+        return self.tuning.background_aim * self.max_step_ms * (self.tuning.lone_step if lone else 1.0)
 
     def min_chunk_for(self, pace: float | None) -> int:
         """The smallest prefill chunk worth placing: any, while readers pay the step's fixed cost anyway."""
         return 1 if pace is not None else self.min_chunk
 
     def budget(self, cost: StepCostModel, *, num_decoding: int, decodes: StepShape, pace: float | None,
-               cells: int, new_decode: bool, prompt: bool, way_back: int) -> int:
+               cells: int, new_decode: bool, prompt: bool, way_back: int, lone: bool = False) -> int:
         """Tokens a step may carry: its decodes and what the cost model fits in the aim over
         `cells` (the cache a prompt would be read in), never less than a floor: a prompt that was
         let in is read by a token a step while decoding alone stays within the pace (admission left
         room for it); without readers a minimum chunk; and `way_back` whatever the model says."""
-        tokens = num_decoding + cost.tokens_within(self.aim(pace), decodes, cells, new_decode=new_decode)
+        tokens = num_decoding + cost.tokens_within(self.aim(pace, lone), decodes, cells, new_decode=new_decode)
         if pace is not None:
             floor = num_decoding + (1 if prompt and cost.predict_ms(decodes) < pace else 0)
         else:

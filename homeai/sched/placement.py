@@ -130,6 +130,7 @@ class Placement:
         if request.status is Status.WAITING and not self.admission.admit(request, step,
                                                                           lambda victim: self.preempt(victim, plan)):
             return 0
+        n = min(n, request.num_remaining)  # admission may have found part of it cached
         if not self.grow(request, request.num_computed_tokens + n, plan):
             return 0
         plan.batches[self.pools.of(request)].append(item(request, n))
@@ -144,7 +145,7 @@ class Placement:
                 return 0
         else:
             n = request.num_tokens
-            if not (n <= room or (not batch and self.admission.embedding_may_go(n, room, step))):
+            if not (n <= room or (not batch and self.admission.embedding_may_go(request, room, step))):
                 return 0
         if request.status is Status.WAITING and not self.admission.admit_embedding(request, step):
             return 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from homeai.sched.costmodel import StepShape
-from homeai.sched.pools import GENERATE, Pool
+from homeai.sched.pools import GENERATE, Copy, Drop, Pool
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 
 
@@ -30,7 +30,9 @@ class StepPlan:
     step_id: int
     # Per pool, the items of its one llama_decode this step (in the order they were placed).
     batches: dict[Pool, list[ScheduledItem]] = field(default_factory=lambda: {pool: [] for pool in Pool})
-    release: dict[Pool, list[int]] = field(default_factory=dict)  # per pool, seq ids whose KV to drop first
+    # Per pool, cache operations to run in order before the step: drop a sequence's cells (all,
+    # or past a position), or share one sequence's first cells with another.
+    cache_ops: dict[Pool, list[Drop | Copy]] = field(default_factory=dict)
     done: list[str] = field(default_factory=list)  # requests whose sampler state may go
     budget: int = 0
     context_cells: int = 0  # KV cells holding context when the step was planned
@@ -67,7 +69,7 @@ class StepPlan:
     @property
     def idle(self) -> bool:
         """Nothing to run and nothing to drop: the loop may wait."""
-        return self.empty and not self.release and not self.done
+        return self.empty and not self.cache_ops and not self.done
 
 
 @dataclass

@@ -5,20 +5,29 @@ interactive lanes have their own), `INTERACTIVE` (that own cache, when `interact
 and `EMBED` (the embedding context). A sequence id is the id within its pool's cache, so the
 runner keeps one context per pool and translates nothing.
 
-`KVPools` admits a request (a free sequence id and cells for its whole current length, so a
+`KVPools` admits a request (a sequence id and cells for its whole current length, so a
 chunked prefill never runs dry halfway), grows a sequence by its next tokens (preempting by
 recompute the lowest-priority, latest-admitted holder of the same pool when it is full),
-releases, and collects the releases the runner applies before the next step. Every sequence
-comes in through `admit` and leaves through `release` or `preempt`, and room is made only in
-`grow`: that is where a pool may later keep a finished sequence's cells as an evictable cached
-prefix (kept in `release`, evicted first in `grow`) without its callers changing.
+releases, and collects the cache operations (`Drop`, `Copy`) the runner applies, in order,
+before the next step. Every sequence comes in through `admit` and leaves through `release`
+or `preempt`.
+
+With the prompt cache on, a generating pool keeps what a sequence leaves behind as a cached
+prefix (`prefix.py`): cells that count as free but reclaimable. Admission starts a request at
+the longest prefix it shares with an entry (taking the entry over) or with a live sequence
+(sharing its cells), and every lack of room evicts least recently used entries before it
+would preempt or refuse anyone: an entry never pins memory a live request needs.
 """
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+
+import numpy as np
 
 from homeai.sched.kv import KVManager
+from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix
 from homeai.sched.request import Kind, Request, Status
 
 
@@ -31,8 +40,33 @@ class Pool(enum.Enum):
 GENERATE = (Pool.INTERACTIVE, Pool.MAIN)  # the generating pools, decoded in this order
 
 
+@dataclass(frozen=True)
+class Drop:
+    """Drop a sequence's cells from position `start` on (0: all of them)."""
+
+    seq_id: int
+    start: int = 0
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Let sequence `dst` share the first `length` cells of sequence `src` (no tokens recomputed)."""
+
+    src: int
+    dst: int
+    length: int
+
+
+@dataclass(frozen=True)
+class PromptCache:
+    enabled: bool = False
+    max_cells: int = 0  # cells the entries of one pool may hold; 0: any the live sequences leave
+    min_reuse: int = 16  # the shortest shared prefix worth reusing (at least prefix.HEAD)
+
+
 class KVPools:
-    def __init__(self, *, num_cells: int, num_seqs: int, interactive_cells: int, embed_cells: int, embed_seqs: int):
+    def __init__(self, *, num_cells: int, num_seqs: int, interactive_cells: int, embed_cells: int, embed_seqs: int,
+                 prompt_cache: PromptCache = PromptCache()):
         self.kv = {Pool.MAIN: KVManager(num_cells, num_seqs), Pool.EMBED: KVManager(embed_cells, embed_seqs)}
         if interactive_cells:
             self.kv[Pool.INTERACTIVE] = KVManager(interactive_cells, num_seqs)
@@ -42,7 +76,10 @@ class KVPools:
         self.running: list[Request] = []  # generating sequences, in admission order
         self.embedding: list[Request] = []  # embedding inputs admitted and not yet done
         self.version = 0  # changes whenever `running` does (what admission computed from it may be reused)
-        self._releases: dict[Pool, list[int]] = {}
+        self.settings = prompt_cache
+        self.cache = {pool: PrefixCache() for pool in self.generating} if prompt_cache.enabled else {}
+        self.min_reuse = max(prompt_cache.min_reuse, HEAD)
+        self._ops: dict[Pool, list[Drop | Copy]] = {}
 
     @property
     def separate(self) -> bool:
@@ -58,16 +95,24 @@ class KVPools:
         return self.of_class(request.interactive)
 
     def fits(self, pool: Pool, num_cells: int, headroom: int = 0) -> bool:
-        """A free sequence id and `num_cells` cells, `headroom` more kept free."""
+        """A sequence id and `num_cells` cells, `headroom` more kept free (cached prefixes evicted)."""
         return self.kv[pool].can_admit(num_cells, headroom)
 
     def num_free_seqs(self, pool: Pool) -> int:
-        return len(self.kv[pool].free_seq_ids)
+        """Sequence ids free or held by cached prefixes."""
+        return len(self.kv[pool].free_seq_ids) + len(self.kv[pool].cached)
+
+    # ---- in and out ------------------------------------------------------------------
 
     def admit(self, request: Request) -> None:
-        """Give a waiting request a sequence and cells for its whole current length (check `fits` first)."""
+        """Give a waiting request a sequence and cells for its whole current length (check `fits`
+        first), starting it at the longest prefix it may reuse."""
         pool = self.of(request)
-        request.seq_id = self.kv[pool].admit(request.num_tokens)
+        if pool in self.cache:
+            self._admit_reusing(request, pool)
+        else:
+            self._make_room(pool, request.num_tokens, need_seq=True)
+            request.seq_id = self.kv[pool].admit(request.num_tokens)
         request.status = Status.RUNNING
         if pool is Pool.EMBED:
             self.embedding.append(request)
@@ -76,11 +121,13 @@ class KVPools:
             self.version += 1
 
     def grow(self, request: Request, num_cells: int) -> tuple[bool, list[Request]]:
-        """Make room for a sequence's next tokens, preempting holders of its pool when it is full.
-        Returns whether it grew and whom it preempted (itself, when it could not grow)."""
+        """Make room for a sequence's next tokens, evicting cached prefixes, then preempting
+        holders of its pool. Returns whether it grew and whom it preempted (itself, when it could not)."""
         pool = self.of(request)
         preempted: list[Request] = []
         while not self.kv[pool].ensure(request.seq_id, num_cells):
+            if self._evict_oldest(pool):
+                continue
             victim = self.victim(pool)
             if victim is None or victim is request:
                 self.preempt(request)
@@ -95,27 +142,151 @@ class KVPools:
         return max(ranked, key=lambda t: t[:2])[2] if ranked else None
 
     def preempt(self, request: Request) -> None:
-        """Drop a generating sequence's cells; the request keeps its output and computes it again."""
+        """Drop a generating sequence (its cells may stay cached); the request keeps its output
+        and computes it again, from whatever of it is still cached when it comes back."""
         self.release(request)
         request.num_computed_tokens = 0
         request.num_preemptions += 1
         request.status = Status.WAITING
 
     def release(self, request: Request) -> None:
-        """Give a sequence's id and cells back (the runner drops them before the next step)."""
+        """Give a sequence's id back, and its cells (or keep them as a cached prefix)."""
         if request.seq_id is None:
             return
-        pool = self.of(request)
+        pool, seq_id, kv = self.of(request), request.seq_id, self.kv[self.of(request)]
         (self.embedding if pool is Pool.EMBED else self.running).remove(request)
         if pool is not Pool.EMBED:
             self.version += 1
-        self.kv[pool].release(request.seq_id)
-        self._releases.setdefault(pool, []).append(request.seq_id)
         request.seq_id = None
+        computed = request.num_computed_tokens
+        if pool in self.cache and computed >= self.min_reuse:
+            kv.cache(seq_id, computed)
+            self.cache[pool].add(seq_id, np.asarray(request.tokens_slice(0, computed), dtype=np.int32))
+            self._op(pool, Drop(seq_id, computed))  # cells past what was computed (an aborted chunk) go
+            self._cap(pool, seq_id)
+        else:
+            kv.release(seq_id)
+            self._op(pool, Drop(seq_id))
 
-    def take_releases(self) -> dict[Pool, list[int]]:
-        releases, self._releases = self._releases, {}
-        return releases
+    def take_ops(self) -> dict[Pool, list[Drop | Copy]]:
+        """The cache operations since the last call, per pool, in the order they must run."""
+        ops, self._ops = self._ops, {}
+        return ops
 
     def cells_used(self, pool: Pool) -> int:
         return self.kv[pool].num_used_cells
+
+    def cells_cached(self, pool: Pool) -> int:
+        return self.kv[pool].num_cached_cells
+
+    # ---- the prompt cache ----------------------------------------------------------------
+
+    def _admit_reusing(self, request: Request, pool: Pool) -> None:
+        """Admit from the longest shared prefix: an entry mostly reused is taken over (its tail
+        dropped); one barely reused, or a live sequence, shares its first cells with a new one."""
+        kv, cache = self.kv[pool], self.cache[pool]
+        tokens = _prompt_array(request) if not request.output_tokens else \
+            np.asarray(request.tokens_slice(0, request.num_tokens), dtype=np.int32)  # preempted: its output too
+        limit = request.num_tokens - 1  # the last token is computed again: its logits are sampled
+        entry, n_entry = cache.best(tokens)
+        live, n_live = self._best_live(request, pool, tokens)
+        n_entry, n_live = min(n_entry, limit), min(n_live, limit)
+        reused = max(n_entry, n_live)
+        if reused < self.min_reuse:
+            self._make_room(pool, request.num_tokens, need_seq=True)
+            request.seq_id = kv.admit(request.num_tokens)
+            return
+        if n_entry >= n_live and (2 * n_entry >= len(entry.tokens) or not self._copy_room(pool, entry)):
+            cache.remove(entry.seq_id)
+            kv.reuse(entry.seq_id, n_entry)
+            self._op(pool, Drop(entry.seq_id, n_entry))
+            self._make_room(pool, request.num_tokens - n_entry, need_seq=False)
+            request.seq_id = entry.seq_id
+            kv.ensure(request.seq_id, request.num_tokens)
+        else:
+            src = entry.seq_id if n_entry >= n_live else live.seq_id
+            if n_entry >= n_live:
+                cache.touch(entry)
+            self._make_room(pool, request.num_tokens, need_seq=True, keep=src)
+            request.seq_id = kv.admit(request.num_tokens)  # counted whole: the shared cells are not split
+            self._op(pool, Copy(src, request.seq_id, reused))
+        request.num_computed_tokens = reused
+        request.num_charged_prompt = max(request.num_charged_prompt, min(reused, request.num_prompt_tokens))
+        if not request.num_preemptions:
+            request.num_cached_tokens = reused
+
+    def shares_a_prefix_being_read(self, request: Request) -> bool:
+        """A running sequence of the request's pool is still reading a prefix (at least `min_reuse`
+        tokens) the request shares: admitted now, the request would read it a second time beside
+        it; a step or so later, it shares the cells instead."""
+        pool = self.of(request)
+        if pool not in self.cache or request.num_preemptions:
+            return False
+        head = request.prompt_tokens[:HEAD]
+        for r in self.running:
+            if (self.of(r) is not pool or r.output_tokens or r.num_computed_tokens >= r.num_prompt_tokens
+                    or r.prompt_tokens[:HEAD] != head):
+                continue
+            shared = common_prefix(_prompt_array(r), _prompt_array(request))
+            if shared >= self.min_reuse and shared > r.num_computed_tokens + self.min_reuse:
+                return True
+        return False
+
+    def _best_live(self, request: Request, pool: Pool, tokens: np.ndarray) -> tuple[Request | None, int]:
+        """The running sequence of `pool` whose computed prompt shares the longest prefix with `tokens`."""
+        head = tokens[:HEAD].tolist()
+        best, length = None, 0
+        for r in self.running:
+            if self.of(r) is not pool or r.num_computed_tokens <= length or r.prompt_tokens[:HEAD] != head:
+                continue
+            n = min(common_prefix(_prompt_array(r), tokens), r.num_computed_tokens)
+            if n > length:
+                best, length = r, n
+        return best, length
+
+    def _copy_room(self, pool: Pool, source: Entry) -> bool:
+        """A sequence id for a copy is free, or held by an entry other than its source."""
+        return bool(self.kv[pool].free_seq_ids) or len(self.cache[pool]) > 1
+
+    def _make_room(self, pool: Pool, num_cells: int, *, need_seq: bool, keep: int | None = None) -> None:
+        """Evict least recently used entries until a sequence id (if needed) and `num_cells` are free."""
+        kv = self.kv[pool]
+        while (need_seq and not kv.free_seq_ids) or kv.num_free_cells < num_cells:
+            if not self._evict_oldest(pool, keep):
+                return
+
+    def _evict_oldest(self, pool: Pool, keep: int | None = None) -> bool:
+        entry = self.cache[pool].oldest(keep) if pool in self.cache else None
+        if entry is None:
+            return False
+        self.cache[pool].remove(entry.seq_id)
+        self.kv[pool].evict(entry.seq_id)
+        self._op(pool, Drop(entry.seq_id))
+        return True
+
+    def _cap(self, pool: Pool, newest: int) -> None:
+        """Keep the pool's entries within `max_cells`: older ones go first, then the newest is trimmed."""
+        cap = self.settings.max_cells
+        if not cap:
+            return
+        while self.kv[pool].num_cached_cells > cap and self._evict_oldest(pool, keep=newest):
+            pass
+        if self.kv[pool].num_cached_cells > cap:
+            if cap < self.min_reuse:
+                self._evict_oldest(pool)
+                return
+            self.kv[pool].trim(newest, cap)
+            self.cache[pool].trim(newest, cap)
+            self._op(pool, Drop(newest, cap))
+
+    def _op(self, pool: Pool, op: Drop | Copy) -> None:
+        if pool is Pool.EMBED and not isinstance(op, Drop):
+            raise AssertionError("the embedding context shares no cells")
+        self._ops.setdefault(pool, []).append(op)
+
+
+def _prompt_array(request: Request) -> np.ndarray:
+    """A request's prompt as a token array, made once (a prompt never changes)."""
+    if request.prompt_array is None:
+        request.prompt_array = np.asarray(request.prompt_tokens, dtype=np.int32)
+    return request.prompt_array

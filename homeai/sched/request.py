@@ -75,6 +75,8 @@ class Request:
     finish_time: float | None = None
     itls: list[float] = field(default_factory=list)  # seconds between consecutive output tokens
     embedding: object = None  # an embed request's vector once done
+    num_cached_tokens: int = 0  # prompt tokens its first admission found in the prompt cache
+    prompt_array: object = field(default=None, repr=False)  # the prompt as a numpy array, for prefix matching
 
     @property
     def key(self) -> tuple[str, str]:

@@ -34,7 +34,7 @@ from homeai.sched.pacing import Pacing
 from homeai.sched.placement import Placement, item
 from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult
 from homeai.sched.policy import HOMEAI, Policy
-from homeai.sched.pools import GENERATE, KVPools, Pool
+from homeai.sched.pools import GENERATE, KVPools, Pool, PromptCache
 from homeai.sched.request import Kind, Request, Status
 from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Admissions, Step
@@ -71,6 +71,10 @@ class SchedulerLimits:
     # A lane's typical output length until its own finished requests teach the scheduler better:
     # admission costs readers at their typical length, not at the length they have now.
     typical_output: int = 64
+    # Keep finished sequences' cells as cached prefixes a later request may start from, up to
+    # `prompt_cache_max_cells` a pool (0: whatever the live sequences leave free).
+    prompt_cache: bool = False
+    prompt_cache_max_cells: int = 0
 
 
 class Scheduler:
@@ -78,7 +82,8 @@ class Scheduler:
         self.policies, self.limits, self.policy = policies, limits, policy
         self.pools = KVPools(num_cells=limits.num_cells, num_seqs=limits.num_seqs,
                              interactive_cells=limits.interactive_cells, embed_cells=limits.embed_max_tokens,
-                             embed_seqs=limits.embed_max_seqs)
+                             embed_seqs=limits.embed_max_seqs,
+                             prompt_cache=PromptCache(limits.prompt_cache, limits.prompt_cache_max_cells))
         self.fair = FairShare(limits.w_in, limits.w_out)
         self.cost = StepCostModel()
         self.pacing = Pacing({name: float(limits.typical_output) for name in policies}, limits.max_step_ms,
@@ -199,7 +204,7 @@ class Scheduler:
         return self._close(plan)
 
     def _close(self, plan: StepPlan) -> StepPlan:
-        plan.release, plan.done, self._done = self.pools.take_releases(), self._done, []
+        plan.cache_ops, plan.done, self._done = self.pools.take_ops(), self._done, []
         return plan
 
     def _begin(self, now: float) -> tuple[Step, list[Request]]:
@@ -222,8 +227,9 @@ class Scheduler:
             num_decoding[self.pools.of(r)] += 1
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
+        lone = not self.pools.running or not any(r.is_decoding for r in self.running)
         step = replace(step, prompt=prompt, cells=cells, num_decoding=num_decoding, deferred=deferred, pace=pace,
-                       aim=self.pacing.aim(pace), min_chunk=self.pacing.min_chunk_for(pace))
+                       aim=self.pacing.aim(pace, lone), min_chunk=self.pacing.min_chunk_for(pace), lone=lone)
         return step, decoding
 
     def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> int:
@@ -235,7 +241,7 @@ class Scheduler:
         to = self.pools.of_class(step.prompt)
         return self.pacing.budget(step.cost, num_decoding=num_decoding, decodes=decodes, pace=step.pace,
                                   cells=step.cells[to], new_decode=not step.num_decoding[to], prompt=step.prompt,
-                                  way_back=self.share.way_back(step.overdue))
+                                  way_back=self.share.way_back(step.overdue), lone=step.lone)
 
     def _call_tokens(self) -> float:
         """A decode call's fixed cost in tokens' worth: what background pays for a call of its own."""

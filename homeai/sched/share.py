@@ -79,10 +79,10 @@ class BackgroundShare:
         fits = max(room, min(reserve, self.min_chunk))
         return min(reserve, fits) if fits and self.credit >= min(fits, self.min_chunk) else 0
 
-    def atomic_may_overflow(self, n: int, overdue: frozenset[str]) -> bool:
+    def atomic_may_overflow(self, n: int, lane: str, overdue: frozenset[str]) -> bool:
         """An atomic embedding input larger than what is left of a step may overflow it once the
-        debt covers it or its lane is overdue."""
-        return n <= self.credit or "embeddings" in overdue
+        debt covers it or its lane (embeddings, indexing) is overdue."""
+        return n <= self.credit or lane in overdue
 
     def settle(self, plan: StepPlan, interactive: set[str], *, backlogged: bool, call_tokens: float) -> None:
         """Owed `min_share` of the step's tokens; paid the tokens background got and, for each

@@ -38,6 +38,7 @@ class Step:
     deferred: int = 0  # background decodes waiting for an interactive prompt
     pace: float | None = None  # the readers' inter-token pace (ms); None with no reader decoding
     aim: float = 0.0  # the step's time target (ms)
+    lone: bool = False  # nothing decodes this step: prompts alone, in longer steps
     min_chunk: int = 1  # the smallest prefill chunk worth placing
 
     def eligible(self, request) -> bool:

@@ -10,11 +10,13 @@ Run: .venv/bin/python -m pytest tests/api/test_errors.py
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import httpx
 import pytest
 
 from homeai.engine.engine import QueueFull
+from homeai.engine.state import Latency
 from tests.api.conftest import TIMEOUT, api_config, lanes, serve, wait_for
 
 pytestmark = pytest.mark.model
@@ -175,7 +177,9 @@ def test_full_queue_asks_every_route_to_wait_the_lanes_time_to_first_token(serve
         raise QueueFull(lane, 1)
 
     monkeypatch.setattr(engine, "submit", refuse)
-    monkeypatch.setattr(engine, "snapshot", lambda: {"lanes": {"chat": {"ttft_ms": {"p50": 3200.0}}}})
+    state = engine.state()
+    slow = dataclasses.replace(state.lanes["chat"], ttft_ms=Latency(3200.0, 4000.0))
+    monkeypatch.setattr(engine, "state", lambda: dataclasses.replace(state, lanes={**state.lanes, "chat": slow}))
     conversation = http.post("/api/conversations", json={"title": "busy"}).json()["id"]
     household = http.post(f"/api/conversations/{conversation}/messages", json={"content": "Hi", "max_tokens": 2})
     openai = chat(http)

@@ -41,7 +41,7 @@ def test_stop_string_ends_the_answer_and_is_not_shown(runner, make_engine):
                                                  params=SamplingParams(temperature=0, max_tokens=40,
                                                                        stop=("Paris",))))
     assert "Paris" not in cut and full.startswith(cut)
-    assert engine.snapshot()["kv"]["cells_used"] == 0
+    assert engine.state().total("cells_used") == 0
 
 
 def test_seeded_sampling_repeats(runner, make_engine):
@@ -144,7 +144,7 @@ def test_a_full_lane_is_refused_while_other_lanes_take_work(runner, make_engine)
     stream = engine.submit(chat(runner, "Say ok."), lane="chat", params=params)
     list(stream)
     assert stream.finished.reason in ("stop", "length")
-    assert engine.snapshot()["lanes"]["summaries"]["rejected"] == 1
+    assert engine.state().lanes["summaries"].rejected == 1
     for s in held:
         s.abort()
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from homeai.api.lanes import lanes_view
 from homeai.jobs.indexer import Indexer
 from homeai.jobs.runs import Progress, start_run
 from homeai.jobs.summarise import COMBINE, PART, Summariser
@@ -39,7 +40,7 @@ class RecordingSummariser(Summariser):
 
 
 def background_busy(engine, lane: str) -> bool:
-    state = engine.snapshot()["lanes"][lane]
+    state = lanes_view(engine.state())["lanes"][lane]
     return state["queued"] + state["running"] > 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from homeai.sched.pools import Pool
+from homeai.sched.pools import Copy, Pool
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 from homeai.sched.scheduler import Scheduler, SchedulerLimits, StepPlan, StepResult
 from lanes import DEFAULT_POLICIES
@@ -43,9 +43,17 @@ class FakeRunner:
 
     def run(self, plan: StepPlan) -> StepResult:
         self.plans.append(plan)
-        for pool, seqs in plan.release.items():
-            for seq in seqs:
-                self.positions.pop((pool, seq), None)
+        for pool, ops in plan.cache_ops.items():
+            for op in ops:
+                if isinstance(op, Copy):
+                    held = self.positions.get((pool, op.src), 0)
+                    assert held >= op.length, f"{pool}: copying {op.length} cells of seq {op.src}, which holds {held}"
+                    assert (pool, op.dst) not in self.positions, f"{pool}: copying into seq {op.dst}, which holds cells"
+                    self.positions[pool, op.dst] = op.length
+                elif op.start == 0:
+                    self.positions.pop((pool, op.seq_id), None)
+                elif (pool, op.seq_id) in self.positions:
+                    self.positions[pool, op.seq_id] = min(self.positions[pool, op.seq_id], op.start)
         result = StepResult(elapsed_ms=self.cost(plan.shape) if self.cost else self.step_ms)
         for pool, items in plan.batches.items():
             seqs = [i.seq_id for i in items]

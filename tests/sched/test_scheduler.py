@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from homeai.sched.costmodel import StepCostModel, StepShape
-from homeai.sched.pools import Pool
+from homeai.sched.pools import Drop, Pool
 from homeai.sched.request import Kind, Status
 from homeai.sched.pacing import PaceTuning
 from homeai.sched.scheduler import QueueFull
@@ -135,13 +135,13 @@ def test_preemption_frees_cells_and_the_request_finishes_with_the_same_output():
     while len(background.output_tokens) < 10:
         step(sched, runner, now)
         now += 0.01
-    used_before = sched.pools.kv[Pool.MAIN].num_used_cells
+    used_before, background_seq = sched.pools.kv[Pool.MAIN].num_used_cells, background.seq_id
     chat = create_request(lane="chat", num_prompt=100, max_tokens=5, arrival=now)
     sched.add_request(chat)
     now += 0.01  # past the chat lane's busy window
     plan, _ = step(sched, runner, now)
     assert background.num_preemptions == 1 and background.status is Status.WAITING
-    assert len(plan.release[Pool.MAIN]) == 1 and used_before == 129  # its sequence is released this step
+    assert plan.cache_ops[Pool.MAIN] == [Drop(background_seq)] and used_before == 129  # its sequence is released this step
     assert sched.pools.kv[Pool.MAIN].num_used_cells == chat.num_computed_tokens == 100
     run_until_idle(sched, runner, now)
     assert chat.finished and background.finished
@@ -159,7 +159,7 @@ def test_abort_frees_the_sequence_within_one_step():
     assert seq is not None
     sched.abort(request.request_id, now=0.02)
     plan, _ = step(sched, runner, 0.02)
-    assert seq in plan.release[Pool.MAIN] and request.request_id in plan.done
+    assert plan.cache_ops[Pool.MAIN] == [Drop(seq)] and request.request_id in plan.done
     assert request.finish_reason == "abort" and sched.pools.kv[Pool.MAIN].num_used_cells == 0
     assert not plan.items
 
@@ -231,7 +231,7 @@ def test_an_aborted_embedding_in_flight_releases_its_cells():
     assert 0 < embed.num_computed_tokens < 200 and sched.pools.kv[Pool.EMBED].allocated
     sched.abort(embed.request_id)
     plan, _ = step(sched, runner, 1.1)
-    assert plan.release[Pool.EMBED] and not sched.pools.kv[Pool.EMBED].allocated and not sched.has_work()
+    assert plan.cache_ops[Pool.EMBED] and not sched.pools.kv[Pool.EMBED].allocated and not sched.has_work()
 
 
 def test_atomic_embeddings_complete_in_their_step():
@@ -275,8 +275,9 @@ def test_interactive_decoding_keeps_steps_short():
     step(sched, runner, 1.1)
     short = plan.num_tokens
     context = sum(r.num_computed_tokens for r in sched.running)
-    aim = PaceTuning().background_aim * sched.limits.max_step_ms
-    grown = sched.cost.tokens_within(aim, StepShape(0), context, new_decode=True)
+    lone = sched.pacing.aim(None, lone=True)  # nothing decodes: a prompt alone may take a longer step
+    assert lone > sched.pacing.aim(None) > sched.policies["chat"].itl_target_ms
+    grown = sched.cost.tokens_within(lone, StepShape(0), context, new_decode=True)
     plan, _ = step(sched, runner, 1.2)
     assert plan.num_tokens == min(grown, 256) > short, "with no interactive decode the step grows for throughput"
 
@@ -313,6 +314,25 @@ def test_atomic_embeddings_under_interactive_load_go_once_background_credit_cove
         if embed.finished:
             break
     assert embed.finished
+
+
+@pytest.mark.parametrize("lane", ["embeddings", "indexing"])
+def test_an_overdue_atomic_input_overflows_a_busy_step_whatever_its_lane(lane):
+    """With no minimum share to pay it, an atomic input larger than any step's room beside
+    interactive work goes once its lane is overdue: indexing's inputs as well as embeddings'."""
+    sched, runner = create_scheduler(max_step_tokens=64, embed_chunked=False, background_min_share=0.0), FakeRunner()
+    embed = create_request(lane=lane, num_prompt=200, kind=Kind.EMBED, arrival=0.0)
+    sched.add_request(embed)
+    now = 0.0
+    for i in range(8000):
+        if sched.num_waiting("chat") < 2:
+            sched.add_request(create_request(lane="chat", member=f"m{i % 3}", num_prompt=30, max_tokens=40,
+                                             arrival=now))
+        step(sched, runner, now)
+        now += 0.01
+        if embed.finished:
+            break
+    assert embed.finished, f"an atomic {lane} input starved beside chats"
 
 
 def test_a_background_request_that_cannot_fit_never_holds_back_interactive_prefill():

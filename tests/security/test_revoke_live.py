@@ -17,6 +17,7 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
+from homeai.api.lanes import lanes_view
 from tests.api.conftest import TIMEOUT, add_token, api_config, wait_for
 from tests.ops.conftest import ROOT, sse_events, to_toml
 from tests.security.conftest import event, voice_socket
@@ -54,7 +55,7 @@ def bearer(token: str) -> dict:
 
 
 def chat_idle(server) -> bool:
-    lane = server.runtime.engine.snapshot()["lanes"]["chat"]
+    lane = lanes_view(server.runtime.engine.state())["lanes"]["chat"]
     return lane["running"] == 0 and lane["queued"] == 0
 
 

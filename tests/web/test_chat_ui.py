@@ -229,7 +229,9 @@ def test_the_box_view_shows_lanes_and_jobs(new_page):
     lanes = page.locator("#box-lanes tr")
     expect(lanes.filter(has_text="chat")).to_have_count(1)
     expect(lanes.filter(has_text="voice")).to_have_count(1)
-    expect(page.locator("#box-kv progress")).to_have_count(2)
+    expect(page.locator("#box-kv progress")).to_have_count(3)
+    expect(page.locator("#box-kv")).to_contain_text("Cached prefix cells")
+    expect(lanes.filter(has_text="chat").locator('td[data-label="Prompt cached"]')).to_have_text(re.compile(r"^(–|\d+%)$"))
     expect(page.locator("#box-jobs")).not_to_be_empty()  # whether or not this server runs jobs
     first = page.locator("#box-status").inner_text()
     expect(page.locator("#box-status")).not_to_have_text(first, timeout=10_000)  # it polls

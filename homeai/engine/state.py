@@ -1,0 +1,72 @@
+"""What the box is doing, as typed values: each lane's policy and live state, each KV cache's
+use, and the prompt cache's hits. The engine builds it under its lock; `api/lanes.py` turns it
+into the `/api/lanes` JSON and `api/metrics.py` into gauges."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lanes.base import LanePolicy
+
+
+@dataclass(frozen=True)
+class Latency:
+    p50: float | None
+    p95: float | None
+
+
+@dataclass(frozen=True)
+class PromptCacheUse:
+    """Since the engine started: prompt tokens of this lane's finished generations, and how many
+    of them were found in the prompt cache instead of computed."""
+
+    requests: int = 0
+    hits: int = 0  # requests that reused at least one cached token
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        """The share of prompt tokens read from the cache."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def plus(self, prompt_tokens: int, cached_tokens: int) -> "PromptCacheUse":
+        return PromptCacheUse(self.requests + 1, self.hits + (cached_tokens > 0),
+                              self.prompt_tokens + prompt_tokens, self.cached_tokens + cached_tokens)
+
+
+@dataclass(frozen=True)
+class LaneState:
+    policy: LanePolicy
+    queued: int
+    running: int
+    rejected: int  # refused with a full queue, since the engine started
+    typical_output_tokens: float  # the answer length admission costs the lane's readers at
+    reading_pace_ms: float | None  # the inter-token time its readers are held to (interactive lanes)
+    finished: int  # requests finished in the recent window
+    ttft_ms: Latency
+    itl_ms: Latency
+    prompt_cache: PromptCacheUse = field(default_factory=PromptCacheUse)
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """One KV cache (a pool of the scheduler)."""
+
+    cells_total: int
+    cells_used: int  # held by live sequences
+    cells_cached: int  # held by cached prefixes: reclaimable
+    seqs_total: int
+    seqs_used: int  # live sequences
+    entries: int  # cached prefixes
+
+
+@dataclass(frozen=True)
+class EngineState:
+    lanes: dict[str, LaneState]
+    caches: dict[str, CacheState]  # by pool name: "main", and "interactive" when the lanes have their own
+    steps: int
+    step_cost_ms: dict[str, float]  # the step-cost model's coefficients, by name
+
+    def total(self, key: str) -> int:
+        return sum(getattr(c, key) for c in self.caches.values())

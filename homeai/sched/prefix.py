@@ -1,0 +1,92 @@
+"""Cached prefixes: what a pool keeps of finished sequences, and the longest match for a prompt.
+
+When a generating request ends (finished, aborted or preempted), its pool may keep its cells
+as an entry: the exact token ids they hold, position by position, under the sequence id that
+holds them. A request admitted later whose tokens begin the same way takes the entry over
+(or shares its first cells, `llama_memory_seq_cp`) and computes only the rest.
+
+Why a scan and not a radix tree (SGLang) or hashed blocks (vLLM): every entry holds a
+sequence id of its cache, so a pool has at most `n_seq_max` entries (32 by default), each
+one whole sequence. Comparing a prompt with a few dozen token arrays is one vectorised
+comparison each, after a cheap check of their first tokens; a tree pays off with thousands
+of block-sized fragments, which a cache of a few dozen sequence ids never has.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+HEAD = 8  # a prompt and an entry whose first HEAD tokens differ are not compared further
+
+
+@dataclass
+class Entry:
+    seq_id: int
+    tokens: np.ndarray  # the token ids its cells hold, one per position
+    last_use: int  # the cache's clock when it was added or last matched
+
+    @property
+    def head(self) -> tuple[int, ...]:
+        return tuple(self.tokens[:HEAD].tolist())
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading tokens two token arrays share."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+class PrefixCache:
+    """One pool's cached prefixes, least recently used first out."""
+
+    def __init__(self) -> None:
+        self.entries: dict[int, Entry] = {}
+        self._heads: dict[int, tuple[int, ...]] = {}
+        self._clock = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def num_cells(self) -> int:
+        return sum(len(e.tokens) for e in self.entries.values())
+
+    def add(self, seq_id: int, tokens: np.ndarray) -> None:
+        entry = Entry(seq_id, tokens, next(self._clock))
+        self.entries[seq_id] = entry
+        self._heads[seq_id] = entry.head
+
+    def best(self, tokens: np.ndarray) -> tuple[Entry | None, int]:
+        """The entry sharing the longest prefix with `tokens`, and how long."""
+        head = tuple(tokens[:HEAD].tolist())
+        best, length = None, 0
+        for seq_id, entry in self.entries.items():
+            if self._heads[seq_id] != head:  # they share fewer than HEAD tokens: not worth reusing
+                continue
+            n = common_prefix(entry.tokens, tokens)
+            if n > length or (n == length and best is not None and entry.last_use > best.last_use):
+                best, length = entry, n
+        return best, length
+
+    def touch(self, entry: Entry) -> None:
+        entry.last_use = next(self._clock)
+
+    def remove(self, seq_id: int) -> Entry:
+        self._heads.pop(seq_id)
+        return self.entries.pop(seq_id)
+
+    def trim(self, seq_id: int, num_cells: int) -> None:
+        entry = self.entries[seq_id]
+        entry.tokens = entry.tokens[:num_cells]
+        self._heads[seq_id] = entry.head
+
+    def oldest(self, keep: int | None = None) -> Entry | None:
+        """The least recently used entry (other than `keep`)."""
+        others = [e for e in self.entries.values() if e.seq_id != keep]
+        return min(others, key=lambda e: e.last_use) if others else None
