@@ -41,8 +41,10 @@ def facts(cfg: Config) -> dict:
     try:
         model = generation_model(cfg)
         out["model"] = f"{model} ({_size(model)})" + (" [embedded]" if model == embedded_gguf() else "")
+        out["chat_template"] = _chat_template(model)
     except FileNotFoundError as e:
         out["model"] = f"MISSING: {e}"
+        out["chat_template"] = "unknown (no model)"
     emb = embedding_model(cfg)
     out["embedding_model"] = f"{emb} ({_size(emb)})" if emb else "the generation model, mean-pooled"
     out["speech_model"] = _speech_model(cfg)
@@ -55,6 +57,16 @@ def facts(cfg: Config) -> dict:
         out["database"] = url.split("@")[-1]
     out["listen"] = f"{cfg.server.host}:{cfg.server.port} (auth {'required' if cfg.auth.required else 'off'})"
     return out
+
+
+def _chat_template(model: Path) -> str:
+    """Which chat template formats prompts; a template that does not compile is said here, in full."""
+    from homeai.engine.runner import RunnerError, chat_template_choice
+
+    try:
+        return chat_template_choice(model).description
+    except RunnerError as e:
+        return f"UNKNOWN: {e}"
 
 
 def _threads(cfg: Config) -> str:
@@ -82,7 +94,7 @@ def render(info: dict) -> str:
               "cuda_graphs": "CUDA graphs",
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
-              "model": "generation model", "embedding_model": "embedding model",
+              "model": "generation model", "chat_template": "chat template", "embedding_model": "embedding model",
               "speech_model": "speech model", "data_dir": "data directory", "database": "database",
               "listen": "listens on"}
     lines = []

@@ -16,6 +16,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from homeai.engine.engine import EngineStopped, InvalidRequest, PromptTooLong, QueueFull
+from homeai.engine.state import EngineState
+from homeai.engine.template import ChatRenderError
 
 log = logging.getLogger("homeai.api")
 
@@ -53,6 +55,8 @@ def from_engine(exc: Exception, *, prompt_param: str, retry_after_s: int = 1) ->
     if isinstance(exc, InvalidRequest):
         param = prompt_param if exc.param in ("prompt", "messages") else exc.param
         return ApiError(400, str(exc), code=exc.code, param=param)
+    if isinstance(exc, ChatRenderError):  # the model's chat template refused these messages
+        return ApiError(400, str(exc), code="invalid_messages", param=prompt_param)
     if isinstance(exc, QueueFull):
         return ApiError(429, str(exc), code="queue_full", param="lane",
                         headers={"Retry-After": str(retry_after_s)})

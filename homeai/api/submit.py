@@ -4,8 +4,8 @@ Templating and tokenising a prompt and queueing it run in a worker thread, so a 
 never holds up the event loop that streams everyone else's tokens. The wait is shielded: a
 request cancelled meanwhile (its client left) lets the worker finish, then aborts whatever it
 queued. The engine's refusals become the same API errors on every route: a prompt too long or
-invalid is a 400, a full queue a 429 with `Retry-After` from the lane's recent time to first
-token, a stopped engine a 503.
+invalid, or messages the model's chat template refuses, is a 400, a full queue a 429 with
+`Retry-After` from the lane's recent time to first token, a stopped engine a 503.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import TypeVar
 
 from homeai.api.errors import ApiError, from_engine, retry_after
 from homeai.engine.engine import Engine, EngineStopped, InvalidRequest, QueueFull, RequestStream
+from homeai.engine.template import ChatRenderError
 from homeai.sched.request import SamplingParams
 
 T = TypeVar("T")
-REFUSALS = (InvalidRequest, QueueFull, EngineStopped)
+REFUSALS = (InvalidRequest, ChatRenderError, QueueFull, EngineStopped)
 
 
 async def submit(engine: Engine, prompt: Callable[[], str | list[int]], *, lane: str, member: str,

@@ -17,6 +17,7 @@ few slice assignments, not a Python loop over tokens.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import os
 import random
@@ -28,7 +29,7 @@ import llama_cpp as ll
 import numpy as np
 
 from homeai.config import ModelConfig
-from homeai.engine import gpu
+from homeai.engine import gpu, template
 from homeai.threads import default_threads
 from homeai.sched.request import Sample, SamplingParams
 from homeai.sched.pools import GENERATE, Copy, Pool
@@ -85,6 +86,37 @@ def backend_facts() -> dict:
     info = ll.llama_print_system_info().decode(errors="replace")
     names = ["CPU"] + [n for n in ("CUDA", "Metal", "Vulkan", "ROCm", "HIP", "SYCL") if n.upper() in info.upper()]
     return {"backends": names, "gpu_offload": bool(ll.llama_supports_gpu_offload()), "system_info": info.strip()}
+
+
+def _chat_template_source(model, vocab) -> dict:
+    """The GGUF's `tokenizer.chat_template` (None when it has none) and its BOS and EOS token text."""
+    source = ll.llama_model_chat_template(model, None)
+    return {"source": source.decode("utf-8", errors="replace") if source else None,
+            "bos_token": _token_text(vocab, ll.llama_vocab_bos(vocab)),
+            "eos_token": _token_text(vocab, ll.llama_vocab_eos(vocab))}
+
+
+def _token_text(vocab, token: int) -> str:
+    if token < 0:  # the model has no such token
+        return ""
+    buf = ctypes.create_string_buffer(256)
+    n = ll.llama_token_to_piece(vocab, token, buf, 256, 0, True)
+    return buf.raw[:max(n, 0)].decode("utf-8", errors="replace")
+
+
+def chat_template_choice(model_path: Path) -> template.TemplateChoice:
+    """Which chat template a model would be served with, for `homeai doctor`: reads the
+    vocabulary and metadata only (a fraction of a second), not the weights."""
+    _init_backend()
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    model = ll.llama_model_load_from_file(str(model_path).encode(), params)
+    if not model:
+        raise RunnerError(f"llama.cpp could not read the model {model_path}")
+    try:
+        return template.choose(**_chat_template_source(model, ll.llama_model_get_vocab(model)))
+    finally:
+        ll.llama_model_free(model)
 
 
 class _Batch:
@@ -174,6 +206,7 @@ class Runner:
         self.model = _load_model(model_path, cfg)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.chat = template.load(**_chat_template_source(self.model, self.vocab))  # compiled once, here
         self.ctx = _context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
                             n_threads=threads, embeddings=False, flash_attn=_flash_attn(cfg))
         self.memory = ll.llama_get_memory(self.ctx)
@@ -238,17 +271,29 @@ class Runner:
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict]) -> str:
-        """Render messages with the model's own chat template, ending at the assistant's turn."""
-        template = ll.llama_model_chat_template(self.model, None) or b"chatml"
-        encoded = [(m["role"].encode(), m["content"].encode()) for m in messages]
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """Render messages (and tools) for the model, ending at the assistant's turn: with the GGUF's own
+        chat template (homeai.engine.template), or llama.cpp's built-in formatter when it has none.
+        The text is for `tokenize(text)` (special tokens added), so it holds one BOS, not two.
+        Raises ChatRenderError for messages the template refuses."""
+        if self.chat.template is not None:
+            return self.chat.template.prompt(messages, tools,
+                                             tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)))
+        if tools:
+            raise template.ChatRenderError("tools need the model's own chat template; this model has none")
+        return self._builtin_chat_template(messages)
+
+    def _builtin_chat_template(self, messages: list[dict]) -> str:
+        """llama.cpp's built-in formatter, which guesses the format from the template's name or text."""
+        source = ll.llama_model_chat_template(self.model, None) or b"chatml"
+        encoded = [(m["role"].encode(), (m["content"] or "").encode()) for m in messages]
         chat = (ll.llama_chat_message * len(encoded))(*[ll.llama_chat_message(r, c) for r, c in encoded])
         size = 2 * sum(len(r) + len(c) for r, c in encoded) + 256
         buf = ctypes.create_string_buffer(size)
-        n = ll.llama_chat_apply_template(template, chat, len(encoded), True, buf, size)
+        n = ll.llama_chat_apply_template(source, chat, len(encoded), True, buf, size)
         if n > size:
             buf = ctypes.create_string_buffer(n)
-            n = ll.llama_chat_apply_template(template, chat, len(encoded), True, buf, n)
+            n = ll.llama_chat_apply_template(source, chat, len(encoded), True, buf, n)
         if n < 0:
             raise RunnerError("the model's chat template could not be applied")
         return buf.raw[:n].decode("utf-8", errors="replace")

@@ -35,9 +35,10 @@ def test_stream_yields_tokens_then_one_finish(runner, make_engine):
 def test_stop_string_ends_the_answer_and_is_not_shown(runner, make_engine):
     engine = make_engine()
     params = SamplingParams(temperature=0, max_tokens=40)
-    full = "".join(e.text for e in engine.submit(chat(runner, "What is the capital of France?"), params=params))
+    question = "Name the capital of France."  # worded so SmolLM2, under its default system prompt, says Paris
+    full = "".join(e.text for e in engine.submit(chat(runner, question), params=params))
     assert "Paris" in full
-    cut = "".join(e.text for e in engine.submit(chat(runner, "What is the capital of France?"),
+    cut = "".join(e.text for e in engine.submit(chat(runner, question),
                                                  params=SamplingParams(temperature=0, max_tokens=40,
                                                                        stop=("Paris",))))
     assert "Paris" not in cut and full.startswith(cut)

@@ -1,0 +1,252 @@
+"""The model's own chat template (homeai/engine/template.py).
+
+Golden tests render real published templates (tests/engine/templates/) and the embedded
+SmolLM2's with `ChatTemplate` and with llama-cpp-python's `Jinja2ChatFormatter`, which renders
+them as Transformers does, and compare. Messages go to `ChatTemplate` as OpenAI clients send
+them (a tool call's `arguments` a JSON string) and to the formatter as the templates expect them
+(a mapping), so the goldens also check that conversion. Then what a golden cannot show: the
+template's own refusals, a template that does not compile, the sandbox, and, over the real
+model, the prompt it now gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from homeai.engine.template import ChatRenderError, ChatTemplate, TemplateCompileError, choose
+
+TEMPLATES = Path(__file__).parent / "templates"
+TOKENS = {  # (bos, eos) of each model's GGUF
+    "qwen2.5-instruct": ("<|endoftext|>", "<|im_end|>"),
+    "llama3.1-instruct": ("<|begin_of_text|>", "<|eot_id|>"),
+    "mistral-7b-instruct-v0.3": ("<s>", "</s>"),
+}
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather now in a city, in °C.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+LIGHT = {"type": "function", "function": {
+    "name": "turn_on", "description": "Turn on a light <by name>.",
+    "parameters": {"type": "object", "properties": {"name": {"type": "string"}, "brightness": {
+        "type": "integer", "minimum": 0, "maximum": 100}}, "required": ["name"]}}}
+
+
+def call(name: str, arguments: dict, call_id: str = "call12345") -> dict:
+    """A tool call as an OpenAI client sends it back in history: `arguments` a JSON string."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+SYSTEM_USER = [{"role": "system", "content": "You are the household's assistant. Be brief."},
+               {"role": "user", "content": "What is the capital of France?"}]
+MULTI_TURN = [{"role": "user", "content": "Hi!"},
+              {"role": "assistant", "content": "Hello. How can I help?"},
+              {"role": "user", "content": "Name a red fruit — in français, s'il te plaît."}]
+TOOL_ROUND = [{"role": "system", "content": "You control the house."},
+              {"role": "user", "content": "What's the weather in Paris?"},
+              {"role": "assistant", "content": None, "tool_calls": [call("get_weather", {"city": "Paris"})]},
+              {"role": "tool", "tool_call_id": "call12345", "content": '{"temperature": 21, "sky": "clear"}'},
+              ]
+CONVERSATIONS = {"system+user": (SYSTEM_USER, None), "multi-turn": (MULTI_TURN, None),
+                 "tools": (SYSTEM_USER, [WEATHER, LIGHT]), "tool round": (TOOL_ROUND, [WEATHER, LIGHT])}
+
+
+def with_mapping_arguments(messages: list[dict]) -> list[dict]:
+    """The messages as the templates' authors expect them: each call's arguments a mapping."""
+    out = copy.deepcopy(messages)
+    for message in out:
+        for c in message.get("tool_calls") or ():
+            c["function"]["arguments"] = json.loads(c["function"]["arguments"])
+    return out
+
+
+def reference(source: str, bos: str, eos: str, messages: list[dict], tools=None, add_generation_prompt=True) -> str:
+    formatter = Jinja2ChatFormatter(source, eos_token=eos, bos_token=bos, add_generation_prompt=add_generation_prompt)
+    return formatter(messages=with_mapping_arguments(messages), tools=tools).prompt
+
+
+def published(name: str) -> ChatTemplate:
+    bos, eos = TOKENS[name]
+    return ChatTemplate((TEMPLATES / f"{name}.jinja").read_text(), bos_token=bos, eos_token=eos)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The embedded model's template, read from its GGUF (vocabulary and metadata only)."""
+    from homeai.engine.runner import chat_template_choice
+    from homeai.models import generation_model
+    from tests.conftest import small_config
+
+    return chat_template_choice(generation_model(small_config())).template
+
+
+# ---- golden: the same text as Transformers' rendering ------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(TOKENS))
+@pytest.mark.parametrize("conversation", sorted(CONVERSATIONS))
+@pytest.mark.parametrize("add_generation_prompt", [True, False])
+def test_published_templates_render_as_transformers_does(name, conversation, add_generation_prompt):
+    messages, tools = CONVERSATIONS[conversation]
+    if name == "mistral-7b-instruct-v0.3" and conversation == "tool round":
+        messages = [{**m, "tool_calls": [call("get_weather", {"city": "Paris"}, "abc123xyz")]}
+                    if m.get("tool_calls") else {**m, "tool_call_id": "abc123xyz"} if m["role"] == "tool" else m
+                    for m in messages]  # Mistral's ids are 9 characters
+    template = published(name)
+    ours = template.render(messages, tools, add_generation_prompt=add_generation_prompt)
+    bos, eos = TOKENS[name]
+    assert ours == reference(template.source, bos, eos, messages, tools, add_generation_prompt)
+
+
+@pytest.mark.parametrize("conversation", ["system+user", "multi-turn"])
+def test_the_embedded_template_renders_as_transformers_does(smollm2, conversation):
+    messages, _ = CONVERSATIONS[conversation]
+    assert smollm2.render(messages) == reference(smollm2.source, smollm2.bos_token, smollm2.eos_token, messages)
+
+
+# ---- what the templates are given -------------------------------------------------------
+
+
+def test_a_tool_call_reaches_the_template_as_a_mapping_and_tools_as_json():
+    """OpenAI's arguments string becomes an object in Qwen's <tool_call>, not a quoted string, and
+    the tool list keeps non-ASCII and `<` as they are (no HTML escaping)."""
+    text = published("qwen2.5-instruct").render(TOOL_ROUND, [WEATHER, LIGHT])
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in text
+    assert '<|im_start|>user\n<tool_response>\n{"temperature": 21, "sky": "clear"}\n</tool_response><|im_end|>' in text
+    assert "\n" + json.dumps(WEATHER, ensure_ascii=False) + "\n" in text
+    assert "in °C" in text and "<by name>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_tojson_takes_the_arguments_real_templates_pass():
+    text = published("llama3.1-instruct").render(SYSTEM_USER, [WEATHER])
+    assert json.dumps(WEATHER, indent=4, ensure_ascii=False) in text  # `t | tojson(indent=4)`
+    template = ChatTemplate("{{ messages[0] | tojson(ensure_ascii=True, sort_keys=True, separators=(',', ':')) }}",
+                            bos_token="", eos_token="")
+    assert template.render([{"role": "user", "content": "é<>"}]) == '{"content":"\\u00e9<>","role":"user"}'
+
+
+def test_no_tools_and_an_empty_tool_list_render_alike():
+    qwen = published("qwen2.5-instruct")
+    assert qwen.render(SYSTEM_USER, []) == qwen.render(SYSTEM_USER) and "# Tools" not in qwen.render(SYSTEM_USER)
+
+
+def test_a_plain_answer_with_null_tool_calls_is_not_taken_for_a_call():
+    """Llama 3.1 tests `'tool_calls' in message`; clients send `"tool_calls": null` on plain answers."""
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!", "tool_calls": None},
+                {"role": "user", "content": "Bye"}]
+    text = published("llama3.1-instruct").render(messages)
+    assert "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>" in text
+
+
+def test_strftime_now_generation_blocks_and_loop_controls():
+    template = ChatTemplate(
+        "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}"
+        "{% generation %}{{ m.content }}{% endgeneration %}{% endfor %} {{ strftime_now('%d %b %Y') }}",
+        bos_token="", eos_token="")
+    before = datetime.now().strftime("%d %b %Y")
+    text = template.render([{"role": "user", "content": "one"}, {"role": "user", "content": "two"}])
+    assert re.fullmatch(r"one \d\d \w{3} \d{4}", text)
+    assert text.split(" ", 1)[1] in (before, datetime.now().strftime("%d %b %Y"))
+
+
+# ---- refusals and broken templates -------------------------------------------------------
+
+
+def test_the_templates_own_refusal_is_a_clear_error():
+    mistral = published("mistral-7b-instruct-v0.3")
+    with pytest.raises(ChatRenderError, match="refused these messages: After the optional system message, "
+                                              "conversation roles must alternate"):
+        mistral.render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    with pytest.raises(ChatRenderError, match="Tool call IDs should be alphanumeric strings with length 9"):
+        mistral.render([TOOL_ROUND[1], {"role": "assistant", "tool_calls": [call("get_weather", {}, "call_1")]}])
+    with pytest.raises(ChatRenderError, match="only supports single tool-calls"):
+        published("llama3.1-instruct").render(
+            [*TOOL_ROUND[:2], {"role": "assistant", "tool_calls": [call("a", {}), call("b", {})]}])
+
+
+def test_a_rendering_failure_is_a_clear_error_not_a_crash(smollm2):
+    with pytest.raises(ChatRenderError, match="could not render these messages: TypeError"):
+        smollm2.render([{"role": "user", "content": None}])
+
+
+def test_a_template_that_does_not_compile_is_named_at_compile_and_falls_back():
+    broken = "{% for message in messages %}{{ message.content }}\n{% if %}"
+    with pytest.raises(TemplateCompileError, match=r"does not compile: .* \(line 2\)"):
+        ChatTemplate(broken, bos_token="", eos_token="")
+    choice = choose(broken, bos_token="", eos_token="")
+    assert choice.template is None and "does not compile" in choice.error
+    assert choice.description.startswith("llama.cpp's built-in formatter, because the chat template does not compile")
+    assert choose(None, bos_token="", eos_token="").description.endswith("(the model has no chat template)")
+
+
+@pytest.mark.parametrize("escape", [
+    "{{ ''.__class__.__mro__ }}",
+    "{{ cycler.__init__.__globals__ }}",
+    "{{ messages[0].__class__.__subclasses__() }}",
+    "{% set _ = messages.append({'role': 'system', 'content': 'x'}) %}",
+    "{% set _ = messages[0].update({'content': 'x'}) %}",
+])
+def test_the_sandbox_refuses_escapes_and_changes(escape):
+    template = ChatTemplate(escape, bos_token="", eos_token="")
+    with pytest.raises(ChatRenderError, match="could not render these messages: SecurityError"):
+        template.render([{"role": "user", "content": "hi"}])
+
+
+# ---- BOS: one, not two -------------------------------------------------------------------
+
+
+def test_the_prompt_leaves_the_bos_to_a_tokenizer_that_adds_it():
+    llama = published("llama3.1-instruct")
+    rendered = llama.render(SYSTEM_USER)
+    assert rendered.startswith("<|begin_of_text|><|start_header_id|>system")
+    assert llama.prompt(SYSTEM_USER, tokenizer_adds_bos=True) == rendered[len("<|begin_of_text|>"):]
+    assert llama.prompt(SYSTEM_USER, tokenizer_adds_bos=False) == rendered
+
+
+# ---- over the real model -----------------------------------------------------------------
+
+SMOLLM2_SYSTEM = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+
+
+@pytest.mark.model
+def test_a_one_line_message_now_gets_the_models_default_system_prompt(runner):
+    """Issue 19: llama-server sent 34-39 prompt tokens for a one-line message and homeai 13-18,
+    because llama.cpp's built-in ChatML formatter drops SmolLM2's default system prompt."""
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    text = runner.apply_chat_template(messages)
+    builtin = runner._builtin_chat_template(messages)
+    assert text == SMOLLM2_SYSTEM + builtin
+    tokens, builtin_tokens = runner.tokenize(text), runner.tokenize(builtin)
+    assert 34 <= len(tokens) <= 39 and 13 <= len(builtin_tokens) <= 18
+    im_start = runner.tokenize("<|im_start|>", add_special=False)
+    assert tokens[:1] == im_start and tokens[1:2] != im_start  # SmolLM2's BOS text is <|im_start|>: one, not two
+
+
+@pytest.mark.model
+def test_messages_the_template_cannot_render_are_a_400(runner):
+    """Through the API's one submit path: the template's failure is the request's 400, naming it."""
+    from homeai.api.errors import ApiError
+    from homeai.api.submit import off_loop
+
+    bad = [{"role": "user", "content": None}]
+    with pytest.raises(ApiError) as caught:
+        asyncio.run(off_loop(lambda: runner.apply_chat_template(bad), engine=None, lane="chat",
+                             prompt_param="messages"))
+    error = caught.value
+    assert (error.status_code, error.type, error.code, error.param) == (
+        400, "invalid_request_error", "invalid_messages", "messages")
+    assert "chat template could not render these messages" in error.message
+
+
+@pytest.mark.model
+def test_the_runner_serves_the_models_own_template(runner):
+    assert runner.chat.template is not None and runner.chat.error is None
+    assert runner.chat.description.startswith("the model's own")
