@@ -103,6 +103,18 @@ class SpeechConfig:
 
 
 @dataclass(frozen=True)
+class WyomingConfig:
+    """Speech to text for Home Assistant's voice pipeline over the Wyoming protocol (`homeai.wyoming`).
+    Wyoming has no authentication: who may connect is decided by address alone."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"  # a non-loopback address needs allow_from: anyone who can connect can transcribe
+    port: int = 10300  # Wyoming's usual port; 0: any free one (tests)
+    allow_from: tuple[str, ...] = ()  # client addresses or networks ("192.168.1.20", "10.0.0.0/24"); empty: any
+    max_frame_bytes: int = 1_048_576  # a larger header line, data or payload closes the connection
+
+
+@dataclass(frozen=True)
 class JobsConfig:
     index_paths: tuple[str, ...] = ()  # folders (or files) the index job reads; empty: nothing to index
     schedule: str = ""  # "every 6h", or a cron line "0 3 * * *"; empty: on demand only
@@ -136,6 +148,7 @@ class Config:
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     speech: SpeechConfig = field(default_factory=SpeechConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    wyoming: WyomingConfig = field(default_factory=WyomingConfig)
     lanes: dict[str, LanePolicy] = field(default_factory=lambda: dict(DEFAULT_POLICIES))
     remotes: dict[str, RemoteConfig] = field(default_factory=dict)  # lane -> its remote server
     source: str = "(built-in defaults)"
@@ -155,6 +168,7 @@ class Config:
 SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
     "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "jobs": JobsConfig,
+    "wyoming": WyomingConfig,
 }
 # Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.
 REMOTE_LANES = ("chat", "summaries", "embeddings")
@@ -321,6 +335,7 @@ def validate(cfg: Config, source: str) -> Config:
         _check(0 <= lane.max_tokens <= s.max_output_tokens, source, f"{key}.max_tokens",
                f"must be 0..server.max_output_tokens ({s.max_output_tokens}), got {lane.max_tokens}")
     _validate_jobs(cfg, source)
+    _validate_wyoming(cfg.wyoming, source)
     for lane, remote in cfg.remotes.items():
         _validate_remote(remote, f"remote.{lane}", source)
     return cfg
@@ -354,6 +369,21 @@ def _validate_jobs(cfg: Config, source: str) -> None:
             parse_schedule(j.schedule)
         except ValueError as e:
             raise ConfigError(f"{source}: jobs.schedule {e}") from None
+
+
+def _validate_wyoming(w: WyomingConfig, source: str) -> None:
+    _check(0 <= w.port < 65536, source, "wyoming.port", f"must be 0-65535 (0: any free port), got {w.port}")
+    _check(1024 <= w.max_frame_bytes <= 64 * 1_048_576, source, "wyoming.max_frame_bytes",
+           f"must be 1024..{64 * 1_048_576}, got {w.max_frame_bytes}")
+    for entry in w.allow_from:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ConfigError(f"{source}: wyoming.allow_from must hold addresses or networks like "
+                              f"\"192.168.1.20\" or \"10.0.0.0/24\", got {entry!r}") from None
+    _check(bool(w.allow_from) or is_loopback(w.host), source, "wyoming.allow_from",
+           f"must name the clients allowed when wyoming.host is not a loopback address (host is {w.host!r}): "
+           "Wyoming has no authentication")
 
 
 def is_loopback(host: str) -> bool:

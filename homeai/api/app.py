@@ -1,10 +1,11 @@
 """The daemon's FastAPI app: `create_app(cfg)` builds it; `homeai serve` runs it under uvicorn.
 
 The lifespan migrates the store, makes sure the default member exists, and loads the model
-in the background (`/healthz` says "loading" meanwhile); tests hand in an already loaded
-runner. Everything the app runs lives in `app.state.runtime` (and the tokens its sockets and
-requests hold, watched for revocation, in `app.state.revocations`), so several apps can share
-a process (one at a time over one runner).
+in the background (`/healthz` says "loading" meanwhile), and runs the Wyoming listener when
+`wyoming.enabled` (`homeai.wyoming`); tests hand in an already loaded runner. Everything the
+app runs lives in `app.state.runtime` (and the tokens its sockets and requests hold, watched for
+revocation, in `app.state.revocations`), so several apps can share a process (one at a time
+over one runner).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from homeai.api.runtime import Runtime
 from homeai.api.shutdown import AdmissionMiddleware
 from homeai.config import Config
 from homeai.jobs.service import JobService
+from homeai.wyoming.server import WyomingServer
 
 
 def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
@@ -38,10 +40,13 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
         watch = asyncio.create_task(app.state.revocations.watch(runtime.sessions))
         try:
             runtime.start()
+            app.state.wyoming = await WyomingServer(runtime).start() if cfg.wyoming.enabled else None
             app.state.jobs = JobService(runtime.cfg, lambda: runtime.engine, runtime.sessions).start()
             yield
         finally:
             watch.cancel()
+            if getattr(app.state, "wyoming", None) is not None:
+                await app.state.wyoming.stop()
             await runtime.shutdown(jobs=getattr(app.state, "jobs", None))  # a no-op after SIGTERM's drain
             runtime.stop()
 

@@ -1,0 +1,190 @@
+"""One Wyoming connection: speech to text as Home Assistant's voice pipeline asks for it.
+
+    describe                                 -> info (one `asr` program: the speech model)
+    transcribe {language?, name?}            (optional; language "en" unless given)
+    audio-start {rate, width, channels}
+    audio-chunk {rate, width, channels} + PCM ...
+    audio-stop                               -> transcript {text, language} (no audio: text "")
+    ping                                     -> pong
+
+Audio is PCM16 (width 2) at 8..48 kHz with any number of channels, mixed down to mono here;
+the speech model resamples it to 16 kHz as it does for `/v1/voice`, on the same bounded pool,
+with the engine's background lanes held like a voice turn holds them (`speech.pause_background`).
+A `WyomingError` (a bad frame, an event out of order, audio of another format than announced,
+an utterance over `speech.max_utterance_s`) or a client silent for `READ_TIMEOUT_S` gets an
+`error` event {text, code} and the connection closes. Unknown event types are ignored, as
+Wyoming services do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from homeai import __version__
+from homeai.config import Config
+from homeai.speech.base import MAX_RATE, MIN_RATE, AudioError, SpeechBusy
+from homeai.wyoming.framing import Event, WyomingError, encode, read_event
+
+log = logging.getLogger("homeai.wyoming")
+
+READ_TIMEOUT_S = 30.0  # the longest silence inside or between events before the connection is closed
+MAX_CHANNELS = 8
+LANGUAGE = re.compile(r"^([a-z]{2,3})([-_][A-Za-z0-9]{2,8})?$")  # "en", "en-US": Whisper takes the first part
+DEFAULT_LANGUAGE = "en"
+EMBEDDED_MODEL = "tiny.en"
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    rate: int
+    width: int  # bytes per sample
+    channels: int
+
+    @classmethod
+    def of(cls, event: Event) -> AudioFormat:
+        """The format an audio-start or audio-chunk announces, checked."""
+        rate, width, channels = (event.data.get(key) for key in ("rate", "width", "channels"))
+        for key, value in (("rate", rate), ("width", width), ("channels", channels)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise WyomingError("invalid_value", f"{event.type} needs {key}, an integer, got {value!r}")
+        if not MIN_RATE <= rate <= MAX_RATE:
+            raise WyomingError("unsupported_audio", f"unsupported sample rate {rate} Hz "
+                               f"(accepted: {MIN_RATE}..{MAX_RATE}, best 16000)")
+        if width != 2:
+            raise WyomingError("unsupported_audio", f"only 16-bit PCM (width 2) is accepted, got width {width}")
+        if not 1 <= channels <= MAX_CHANNELS:
+            raise WyomingError("unsupported_audio", f"channels must be 1..{MAX_CHANNELS}, got {channels}")
+        return cls(rate, width, channels)
+
+
+def describe(cfg: Config) -> Event:
+    """The `info` answer to `describe`: one speech-to-text program with the model in force."""
+    model = Path(cfg.speech.model).name if cfg.speech.model else EMBEDDED_MODEL
+    attribution = {"name": "SYSTRAN faster-whisper", "url": "https://github.com/SYSTRAN/faster-whisper"}
+    asr = {"name": "homeai", "description": "homeai speech to text (faster-whisper)", "attribution": attribution,
+           "installed": True, "version": __version__, "supports_transcript_streaming": False,
+           "models": [{"name": model, "description": f"Whisper {model}",
+                       "attribution": {"name": "OpenAI", "url": "https://github.com/openai/whisper"},
+                       "installed": True, "version": None, "languages": [DEFAULT_LANGUAGE]}]}
+    return Event("info", {"asr": [asr], "tts": [], "handle": [], "intent": [], "wake": [], "mic": [], "snd": []})
+
+
+class Session:
+    """The protocol on one connection: at most one utterance buffered at a time."""
+
+    def __init__(self, runtime, info: Event, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.runtime, self.info, self.reader, self.writer = runtime, info, reader, writer
+        self.max_bytes = runtime.cfg.wyoming.max_frame_bytes
+        self.max_utterance_s = runtime.cfg.speech.max_utterance_s
+        self.language = DEFAULT_LANGUAGE
+        self.format: AudioFormat | None = None  # set by audio-start, until audio-stop
+        self.pcm = bytearray()  # mono PCM16 at format.rate
+        self.handlers = {"describe": self._describe, "ping": self._ping, "transcribe": self._transcribe,
+                         "audio-start": self._audio_start, "audio-chunk": self._audio_chunk,
+                         "audio-stop": self._audio_stop}
+
+    async def run(self) -> None:
+        try:
+            while True:
+                event = await asyncio.wait_for(read_event(self.reader, self.max_bytes), READ_TIMEOUT_S)
+                if event is None:
+                    return  # the client closed the connection
+                handler = self.handlers.get(event.type)
+                if handler is not None:
+                    await handler(event)
+        except WyomingError as e:
+            await self._error(e.code, e.text)
+        except TimeoutError:
+            await self._error("timeout", f"nothing received for {READ_TIMEOUT_S:g} s")
+
+    # ---- events -----------------------------------------------------------------------------
+
+    async def _describe(self, _event: Event) -> None:
+        await self.send(self.info)
+
+    async def _ping(self, event: Event) -> None:
+        await self.send(Event("pong", {"text": event.data["text"]} if isinstance(event.data.get("text"), str) else {}))
+
+    async def _transcribe(self, event: Event) -> None:
+        language = event.data.get("language")
+        if language is None:
+            self.language = DEFAULT_LANGUAGE
+            return
+        match = LANGUAGE.match(language) if isinstance(language, str) else None
+        if match is None:
+            raise WyomingError("invalid_value", f"language must be a code like \"en\", got {language!r}")
+        self.language = match.group(1)
+
+    async def _audio_start(self, event: Event) -> None:
+        self.format = AudioFormat.of(event)
+        self.pcm.clear()
+
+    async def _audio_chunk(self, event: Event) -> None:
+        if self.format is None:
+            raise WyomingError("audio_not_started", "audio-chunk before audio-start")
+        chunk_format = AudioFormat.of(event)
+        if chunk_format != self.format:
+            raise WyomingError("audio_format_mismatch", f"an audio-chunk's format {chunk_format} "
+                               f"differs from audio-start's {self.format}")
+        frame = self.format.width * self.format.channels
+        if len(event.payload) % frame:
+            raise WyomingError("invalid_audio", f"an audio-chunk holds whole frames of {frame} bytes, "
+                               f"got {len(event.payload)} bytes")
+        self.pcm += _mono(event.payload, self.format.channels)
+        if len(self.pcm) > 2 * self.max_utterance_s * self.format.rate:
+            raise WyomingError("utterance_too_long", f"the utterance is over the {self.max_utterance_s:g} s "
+                               "limit (speech.max_utterance_s)")
+
+    async def _audio_stop(self, _event: Event) -> None:
+        if self.format is None:
+            raise WyomingError("audio_not_started", "audio-stop before audio-start")
+        pcm, rate = bytes(self.pcm), self.format.rate
+        self.format = None
+        self.pcm.clear()
+        text, language = await self._text(pcm, rate) if pcm else ("", self.language)
+        await self.send(Event("transcript", {"text": text, "language": language}))
+
+    async def _text(self, pcm: bytes, rate: int) -> tuple[str, str]:
+        stt = self.runtime.stt
+        if stt is None:
+            raise WyomingError("speech_unavailable", self.runtime.stt_error or "speech to text is still loading; "
+                               "retry shortly")
+        engine = self.runtime.engine
+        pause = engine is not None and self.runtime.cfg.speech.pause_background
+        try:
+            with engine.background_paused() if pause else contextlib.nullcontext():
+                transcript = await stt.transcribe_pcm16_async(pcm, rate, self.language)
+        except AudioError as e:
+            raise WyomingError("invalid_audio", str(e)) from None
+        except SpeechBusy as e:
+            raise WyomingError("speech_busy", str(e)) from None
+        log.debug("wyoming: transcribed %.1f s of audio in %.0f ms", transcript.duration_s, transcript.elapsed_ms)
+        return transcript.text, transcript.language
+
+    # ---- sending ------------------------------------------------------------------------------
+
+    async def send(self, event: Event) -> None:
+        self.writer.write(encode(event))
+        try:
+            await asyncio.wait_for(self.writer.drain(), READ_TIMEOUT_S)
+        except TimeoutError:
+            raise ConnectionError("the client does not read what it is sent") from None  # dropped
+
+    async def _error(self, code: str, text: str) -> None:
+        with contextlib.suppress(ConnectionError):
+            await self.send(Event("error", {"text": text, "code": code}))
+
+
+def _mono(pcm: bytes, channels: int) -> bytes:
+    """Interleaved PCM16 frames -> mono PCM16, the channels averaged."""
+    if channels == 1:
+        return pcm
+    frames = np.frombuffer(pcm, dtype="<i2").reshape(-1, channels)
+    return frames.mean(axis=1).round().astype("<i2").tobytes()
