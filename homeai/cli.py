@@ -2,7 +2,7 @@
 
     homeai serve [--config FILE] [--host H] [--port P]
     homeai doctor [--config FILE]
-    homeai members add NAME [--admin] | list | revoke NAME | revoke --prefix PREFIX
+    homeai members add NAME [--admin] [--lane LANE] | lane NAME [LANE] | list | revoke NAME | revoke --prefix PREFIX
     homeai index [PATH...] [--no-summaries]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
     homeai bench voice [--n 10] [--out bench-out]
@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     add = msub.add_parser("add", help="add a member and print a new token")
     add.add_argument("name")
     add.add_argument("--admin", action="store_true")
+    add.add_argument("--lane", help="the member's default lane, for requests that name none (e.g. voice)")
+    lane = msub.add_parser("lane", help="set a member's default lane (none given: clear it)")
+    lane.add_argument("name")
+    lane.add_argument("lane", nargs="?")
     token = msub.add_parser("token", help="print one more token for a member")
     token.add_argument("name")
     msub.add_parser("list", help="list members and their token prefixes")
@@ -121,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, voice, neighbour, http, rmodel, add, token, revoke, *workloads):
+    for p in (serve, doctor, members, bench, engine, voice, neighbour, http, multi, rmodel, add, lane, token, revoke,
+              *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -157,13 +162,18 @@ def cmd_members(cfg: config_mod.Config, args) -> int:
     with _session(cfg) as session:
         try:
             if args.action == "add":
-                member, token = members.add_member(session, name=args.name, admin=args.admin)
+                member, token = members.add_member(session, name=args.name, admin=args.admin,
+                                                   lane=_known_lane(cfg, args.lane))
                 print(f"added {member.name} ({member.role}); token (shown once): {token}")
+            elif args.action == "lane":
+                members.set_default_lane(session, name=args.name, lane=_known_lane(cfg, args.lane))
+                print(f"{args.name}'s default lane: {args.lane or '(none)'}")
             elif args.action == "token":
                 print(members.add_token(session, name=args.name))
             elif args.action == "list":
                 for m in members.list_members(session):
-                    print(f"{m.name:20} {m.role:7} tokens: {', '.join(m.active_prefixes) or '-'}")
+                    lane = f"lane: {m.settings.default_lane}  " if m.settings and m.settings.default_lane else ""
+                    print(f"{m.name:20} {m.role:7} {lane}tokens: {', '.join(m.active_prefixes) or '-'}")
             elif args.action == "revoke":
                 if not args.name and not args.prefix:
                     print("homeai: revoke needs a NAME or --prefix", file=sys.stderr)
@@ -174,6 +184,12 @@ def cmd_members(cfg: config_mod.Config, args) -> int:
             print(f"homeai: {e}", file=sys.stderr)
             return 1
     return 0
+
+
+def _known_lane(cfg: config_mod.Config, lane: str | None) -> str | None:
+    if lane is not None and lane not in cfg.lanes:
+        raise ValueError(f"unknown lane {lane!r} (known: {', '.join(cfg.lanes)})")
+    return lane
 
 
 def cmd_bench(cfg: config_mod.Config, args) -> int:

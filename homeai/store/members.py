@@ -1,4 +1,4 @@
-"""Household members and their API tokens: adding, listing, revoking, authenticating.
+"""Household members, their default lanes and API tokens: adding, listing, revoking, authenticating.
 
 A token is `hai_` plus 43 random URL-safe characters. It is shown once, when made;
 the database keeps only its SHA-256 hex digest and a short prefix to list and revoke
@@ -15,13 +15,14 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from homeai.store.models import Member, Token, utcnow
+from homeai.store.models import Member, MemberSettings, Token, utcnow
 
 TOKEN_MARK = "hai_"
 # "hai_" plus 8 random characters: the mark alone would leave too few to tell tokens apart.
 PREFIX_LEN = 12
 DEFAULT_MEMBER = "household"
 MAX_NAME_LEN = 64
+MAX_LANE_LEN = 16
 # last_used_at is for "which token is stale", so one write a minute is precise enough
 # and spares SQLite a write on every request.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -31,12 +32,15 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def add_member(session: Session, *, name: str, admin: bool = False) -> tuple[Member, str]:
-    """A new member and their first token (plaintext, shown once)."""
+def add_member(session: Session, *, name: str, admin: bool = False, lane: str | None = None) -> tuple[Member, str]:
+    """A new member and their first token (plaintext, shown once); `lane`: their default lane
+    (the caller checks it is a configured one: the store does not know the config)."""
     name = _valid_name(name)
     if _find(session, name) is not None:
         raise ValueError(f"member {name!r} already exists")
     member = Member(name=name, role="admin" if admin else "member")
+    if lane is not None:
+        member.settings = MemberSettings(default_lane=_valid_lane(lane))
     session.add(member)
     token = _new_token(member)
     session.commit()
@@ -48,6 +52,18 @@ def add_token(session: Session, *, name: str) -> str:
     token = _new_token(_get(session, name))
     session.commit()
     return token
+
+
+def set_default_lane(session: Session, *, name: str, lane: str | None) -> None:
+    """Where `name`'s requests go when they name no lane; None: each endpoint's own default."""
+    member = _get(session, name)
+    member.settings = member.settings or MemberSettings()
+    member.settings.default_lane = _valid_lane(lane)
+    session.commit()
+
+
+def default_lane(session: Session, *, member_id: int) -> str | None:
+    return session.scalar(select(MemberSettings.default_lane).where(MemberSettings.member_id == member_id))
 
 
 def list_members(session: Session) -> list[Member]:
@@ -133,6 +149,15 @@ def _valid_name(name: str) -> str:
     if len(name) > MAX_NAME_LEN:
         raise ValueError(f"member name must be at most {MAX_NAME_LEN} characters")
     return name
+
+
+def _valid_lane(lane: str | None) -> str | None:
+    if lane is None:
+        return None
+    lane = lane.strip()
+    if not lane or len(lane) > MAX_LANE_LEN:
+        raise ValueError(f"a lane name has 1 to {MAX_LANE_LEN} characters")
+    return lane
 
 
 def _find(session: Session, name: str) -> Member | None:

@@ -76,6 +76,7 @@ class Member(Base):
 
     tokens: Mapped[list[Token]] = relationship(
         back_populates="member", cascade="all, delete-orphan", passive_deletes=True, order_by="Token.id")
+    settings: Mapped[MemberSettings | None] = relationship(cascade="all, delete-orphan", passive_deletes=True)
 
     @property
     def is_admin(self) -> bool:
@@ -84,6 +85,15 @@ class Member(Base):
     @property
     def active_prefixes(self) -> list[str]:
         return [t.prefix for t in self.tokens if t.revoked_at is None]
+
+
+class MemberSettings(Base):
+    """A member's preferences, beside the row authentication reads (a member with none has no row)."""
+
+    __tablename__ = "member_settings"
+
+    member_id: Mapped[int] = mapped_column(ForeignKey("members.id", ondelete="CASCADE"), primary_key=True)
+    default_lane: Mapped[str | None] = mapped_column(String(16))  # None: each endpoint's own default
 
 
 class Token(Base):

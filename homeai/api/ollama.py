@@ -1,0 +1,390 @@
+"""Ollama's API on homeai's port, for Home Assistant's `ollama` integration, Open WebUI and scripts.
+
+`/api/version`, `/api/tags`, `/api/show`, `/api/ps`, `/api/pull` (the served model answers
+success, nothing is downloaded), `/api/chat`, `/api/generate` and `/api/embed`. Generation goes
+through the same lanes as everywhere: the `X-HomeAI-Lane` header, else the member's default
+lane (`homeai members add ha --lane voice`), else chat; embeddings on the embeddings lane.
+Work is queued by `homeai.api.submit` (fair share, queues, 429 with `Retry-After`).
+
+Answers are Ollama's: NDJSON (`application/x-ndjson`, one object a line) when `stream` is true,
+as it is by default, with the last line `done: true` and the counts and durations (ns); one
+object otherwise. Every error this router raises is `{"error": "..."}` with its status (the
+route class below reshapes homeai's errors); a stream cut short ends with an error line.
+The body-size limit and the shutdown refusal answer before any route, in OpenAI's shape.
+
+Tool calling and structured output (`format`) plug in at one place each: see "where tool
+calling and structured output plug in" below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timezone
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+from homeai import __version__
+from homeai.api import ollama_models
+from homeai.api.auth import CurrentMember, current_member
+from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep
+from homeai.api.errors import ApiError
+from homeai.api.limits import check_generation
+from homeai.api.ollama_schemas import ChatRequest, EmbedRequest, GenerateRequest, Generating, ModelRequest
+from homeai.api.openai import _submit_embeds as submit_embeds
+from homeai.api.streaming import abort_on_disconnect, collect
+from homeai.api.submit import off_loop, submit
+from homeai.engine.engine import Engine, FinishEvent, RequestStream, TokenEvent
+from homeai.store.members import default_lane
+from lanes.base import LanePolicy
+
+log = logging.getLogger("homeai.api")
+
+OLLAMA_VERSION = "0.12.0"  # the Ollama API this answers as: clients gate features (tools, think) on it
+NDJSON = "application/x-ndjson"
+NS_PER_MS = 1_000_000
+
+
+# ---- where tool calling and structured output plug in ------------------------------------
+
+# Tool calling plugs in here: set the flag, pass `tools` on in `chat_prompt` (the runner's
+# `apply_chat_template(messages, tools)` takes them), and have `Reply` send a parsed call whole,
+# as one line with `message.tool_calls` (`arguments` an object).
+TOOL_CALLING = False  # True once the model's template takes tools and its calls are parsed
+
+
+def capabilities(purposes: set[str]) -> list[str]:
+    """What `/api/show` says a served model can do (Home Assistant offers tools only with "tools")."""
+    out = []
+    if "generate" in purposes:
+        out += ["completion", "tools"] if TOOL_CALLING else ["completion"]
+    if "embed" in purposes:
+        out.append("embedding")
+    return out
+
+
+def chat_prompt(engine: Engine, messages: list[dict], tools: list[dict]) -> str:
+    """The prompt for a chat; `tools` go into the template once tool calling exists. Until then a
+    chat with tools is answered as plain chat (the model does not see them)."""
+    return engine.runner.apply_chat_template(messages)
+
+
+def check_format(format: str | dict | None) -> None:
+    """Where the grammar that holds an answer to `format` ("json" or a JSON schema) plugs in.
+    None exists yet, so a format is refused: an answer that only might be JSON would break the
+    client that parses it. (400, not 501: homeai's schema test takes every 5xx for a crash.)"""
+    if format is not None:
+        raise ApiError(400, "format (structured output) is not supported yet by this server")
+
+
+# ---- errors in Ollama's shape ---------------------------------------------------------------
+
+ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+ERROR_RESPONSES = {status: {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
+                   for status, description in ((400, "The request is not valid"), (401, "Missing or invalid token"),
+                                               (404, "The model is not served here"), (429, "The lane's queue is full"),
+                                               (503, "Not loaded yet"))}
+
+
+def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class OllamaRoute(APIRoute):
+    """A route whose errors, its dependencies' and body validation's included, are Ollama's `{"error": "..."}`."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except ApiError as exc:
+                return error_response(exc.status_code, exc.message, exc.headers)
+            except RequestValidationError as exc:
+                return error_response(400, _invalid(exc))
+            except HTTPException as exc:
+                return error_response(exc.status_code, str(exc.detail), exc.headers)
+            except Exception:
+                log.exception("unhandled error in %s", request.url.path)
+                return error_response(500, "internal server error")
+
+        return answer
+
+
+def _invalid(exc: RequestValidationError) -> str:
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        return "the body is not valid JSON"
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
+
+
+router = APIRouter(prefix="/api", tags=["ollama"], route_class=OllamaRoute, responses=ERROR_RESPONSES,
+                   dependencies=[Depends(current_member)])
+
+
+def generation_lane(runtime: RuntimeDep, member: CurrentMember, lane_header: LaneHeader = None) -> str:
+    """The header's lane, else the member's default lane, else chat. A plain function: FastAPI runs
+    it in a worker thread, off the event loop (it may query the store)."""
+    if lane_header:
+        return lane_header
+    with runtime.sessions() as session:
+        return default_lane(session, member_id=member.member_id) or "chat"
+
+
+GenerationLane = Annotated[str, Depends(generation_lane)]
+
+
+# ---- the served model -----------------------------------------------------------------------
+
+
+@router.get("/version")
+def version() -> dict:
+    return {"version": OLLAMA_VERSION, "homeai": __version__}
+
+
+@router.get("/tags")
+def tags(runtime: RuntimeDep, _engine: EngineDep) -> dict:
+    """A plain function: the first call reads the GGUF headers, in a worker thread."""
+    return {"models": [ollama_models.tag_entry(card) for card in runtime.cards()]}
+
+
+@router.get("/ps")
+def ps(runtime: RuntimeDep, engine: EngineDep) -> dict:
+    on_gpu = engine.runner.info.gpu_offload
+    return {"models": [ollama_models.ps_entry(card, context_length=_context_length(engine), on_gpu=on_gpu)
+                       for card in runtime.cards()]}
+
+
+@router.post("/show")
+def show(body: ModelRequest, runtime: RuntimeDep, engine: EngineDep) -> dict:
+    card, purposes = _card(runtime, body.requested())
+    return ollama_models.show(card, capabilities=capabilities(purposes), context_length=_context_length(engine))
+
+
+@router.post("/pull")
+def pull(body: ModelRequest, runtime: RuntimeDep, _engine: EngineDep) -> Response:
+    """The served model is there already: success, and nothing downloaded. Any other name is an error."""
+    name = body.requested()
+    if _served(runtime, name) is None:
+        served = ", ".join(ollama_models.ollama_name(c.id) for c in runtime.cards())
+        raise ApiError(404, f'model "{name}" is not served here and homeai downloads no models (it serves {served})')
+    if not body.stream:
+        return JSONResponse({"status": "success"})
+    return Response("".join(_line({"status": s}) for s in ("pulling manifest", "success")), media_type=NDJSON)
+
+
+# ---- generation -----------------------------------------------------------------------------
+
+
+@router.post("/chat")
+async def chat(body: ChatRequest, request: Request, runtime: RuntimeDep, engine: EngineDep, member: CurrentMember,
+               lane: GenerationLane) -> Response:
+    started = time.perf_counter_ns()
+    model, policy = _generation(runtime, body, lane, num_messages=len(body.messages))
+    reply = Reply(model, "chat")
+    if not body.messages:  # Ollama's way to load a model: answered at once, it is loaded
+        return reply.loaded()
+    messages = [m.for_template() for m in body.messages]
+    tools = [t.model_dump(exclude_none=True) for t in body.tools or ()]
+    stream = await submit(engine, lambda: chat_prompt(engine, messages, tools), lane=lane, member=member.name,
+                          params=body.sampling(policy, runtime.cfg.server.max_output_tokens), prompt_param="messages")
+    return await _answer(request, stream, reply, stream_lines=body.stream, started=started)
+
+
+@router.post("/generate")
+async def generate(body: GenerateRequest, request: Request, runtime: RuntimeDep, engine: EngineDep,
+                   member: CurrentMember, lane: GenerationLane) -> Response:
+    started = time.perf_counter_ns()
+    model, policy = _generation(runtime, body, lane)
+    reply = Reply(model, "generate")
+    if not body.prompt:
+        return reply.loaded()
+
+    def prompt() -> str:
+        if body.raw:
+            return body.prompt
+        system = [{"role": "system", "content": body.system}] if body.system else []
+        return engine.runner.apply_chat_template([*system, {"role": "user", "content": body.prompt}])
+
+    stream = await submit(engine, prompt, lane=lane, member=member.name,
+                          params=body.sampling(policy, runtime.cfg.server.max_output_tokens), prompt_param="prompt")
+    return await _answer(request, stream, reply, stream_lines=body.stream, started=started)
+
+
+def _generation(runtime, body: Generating, lane: str, num_messages: int = 0) -> tuple[str, LanePolicy]:
+    """The served model's name and the lane's policy, once the request is known to be servable."""
+    model = _model(runtime, body.model, "generate")
+    policy = _policy(runtime, lane)
+    check_generation(runtime.cfg.server, max_tokens=None, num_messages=num_messages)
+    check_format(body.format)
+    return model, policy
+
+
+async def _answer(request: Request, stream: RequestStream, reply: "Reply", *, stream_lines: bool,
+                  started: int) -> Response:
+    if stream_lines:
+        return StreamingResponse(_lines(stream, reply, started), media_type=NDJSON)
+    text, _events = await collect(request, stream)
+    return JSONResponse(reply.done(text, stream.finished, started))
+
+
+async def _lines(stream: RequestStream, reply: "Reply", started: int) -> AsyncIterator[str]:
+    """The answer a line at a time; a client that leaves cancels this, and `finally` aborts."""
+    try:
+        async for event in stream:
+            if isinstance(event, TokenEvent) and event.text:
+                yield _line(reply.piece(event.text))
+        finish = stream.finished
+        if finish.text:
+            yield _line(reply.piece(finish.text))
+        if finish.reason == "error":
+            yield _line({"error": f"generation failed: {finish.error}"})
+        elif finish.reason == "abort":
+            yield _line({"error": "the server is shutting down; the answer was cut short"})
+        else:
+            yield _line(reply.done("", finish, started))
+    finally:
+        if stream.finished is None:
+            stream.abort()
+
+
+class Reply:
+    """One answer's lines: pieces of text, then the last line with its counts and durations."""
+
+    def __init__(self, model: str, endpoint: str):
+        self.model = ollama_models.ollama_name(model)
+        self.chat = endpoint == "chat"
+
+    def _head(self) -> dict:
+        return {"model": self.model, "created_at": _now()}
+
+    def _text(self, text: str) -> dict:
+        return {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
+
+    def piece(self, text: str) -> dict:
+        return {**self._head(), **self._text(text), "done": False}
+
+    def loaded(self) -> JSONResponse:
+        return JSONResponse({**self._head(), **self._text(""), "done": True, "done_reason": "load"})
+
+    def done(self, text: str, finish: FinishEvent, started: int) -> dict:
+        s = finish.stats
+        queued_ns = round((s.queue_ms or 0) * NS_PER_MS)
+        first_ns = round((s.ttft_ms or s.e2e_ms) * NS_PER_MS)
+        return {**self._head(), **self._text(text), "done": True,
+                "done_reason": "length" if finish.reason == "length" else "stop",
+                "total_duration": time.perf_counter_ns() - started, "load_duration": 0,
+                "prompt_eval_count": s.prompt_tokens, "prompt_eval_duration": max(0, first_ns - queued_ns),
+                "eval_count": s.output_tokens, "eval_duration": max(0, round(s.e2e_ms * NS_PER_MS) - first_ns)}
+
+
+# ---- embeddings -----------------------------------------------------------------------------
+
+
+@router.post("/embed")
+async def embed(body: EmbedRequest, request: Request, runtime: RuntimeDep, engine: EngineDep,
+                member: CurrentMember, lane_header: LaneHeader = None) -> Response:
+    """Ollama's embeddings: one L2-normalised vector per input, from the embeddings lane."""
+    started = time.perf_counter_ns()
+    model = _model(runtime, body.model, "embed")
+    lane = lane_header or "embeddings"
+    policy = _policy(runtime, lane)
+    inputs = body.inputs()
+    if not inputs or len(inputs) > policy.max_queue:
+        raise ApiError(400, f"input: between 1 and {policy.max_queue} inputs (lane {lane!r} queues at most that)")
+    n_embd = engine.runner.info.embed_n_embd
+    if body.dimensions is not None and body.dimensions != n_embd:
+        raise ApiError(400, f"dimensions: this model's embeddings have {n_embd}")
+    loop = asyncio.get_running_loop()
+    streams = await off_loop(lambda: submit_embeds(engine, inputs, lane, member.name, loop), engine=engine,
+                             lane=lane, prompt_param="input")
+    async with abort_on_disconnect(request, streams):
+        for stream in streams:
+            async for _ in stream:
+                pass
+    vectors, num_tokens = [], 0
+    for stream in streams:
+        finish = stream.finished
+        if finish.reason != "stop":
+            raise ApiError(500, f"embedding failed: {finish.error or finish.reason}")
+        vectors.append(_normalised(finish.embedding))
+        num_tokens += finish.stats.prompt_tokens
+    return JSONResponse({"model": ollama_models.ollama_name(model), "embeddings": vectors,
+                         "total_duration": time.perf_counter_ns() - started, "load_duration": 0,
+                         "prompt_eval_count": num_tokens})
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+
+def _served(runtime, name: str) -> tuple[object, set[str]] | None:
+    """The served card `name` names (`<id>`, `<id>:latest`, the file's name, or an alias) and its purposes."""
+    bare = name.removesuffix(f":{ollama_models.TAG}")
+    found = None
+    purposes = set()
+    for purpose in ("generate", "embed"):
+        if runtime.resolve_model(bare, purpose) is not None:
+            found = found or runtime.models[purpose]
+            if runtime.models[purpose] == found:
+                purposes.add(purpose)
+    return (found, purposes) if found is not None else None
+
+
+def _card(runtime, name: str):
+    served = _served(runtime, name)
+    if served is None:
+        raise ApiError(404, _not_found(name))
+    return served
+
+
+def _model(runtime, name: str, purpose: str) -> str:
+    """The served model's id for `purpose`; 404 as Ollama words it, 400 for a model that does not do it."""
+    served = _served(runtime, name)
+    if served is None:
+        raise ApiError(404, _not_found(name))
+    if purpose not in served[1]:
+        doing = "embeddings" if purpose == "embed" else "generation"
+        raise ApiError(400, f'"{name}" does not support {doing}')
+    return served[0].id
+
+
+def _not_found(name: str) -> str:
+    return f'model "{name}" not found, try pulling it first'
+
+
+def _policy(runtime, lane: str) -> LanePolicy:
+    policy = runtime.cfg.lanes.get(lane)
+    if policy is None:
+        raise ApiError(400, f"unknown lane {lane!r} (known: {', '.join(runtime.cfg.lanes)})")
+    if runtime.remotes.get(lane) is not None:
+        raise ApiError(400, f"lane {lane!r} is served by a remote server; use the OpenAI API (/v1) for it")
+    return policy
+
+
+def _context_length(engine: Engine) -> int:
+    return engine.max_seq_len_for("chat") if "chat" in engine.policies else engine.max_seq_len
+
+
+def _normalised(vector) -> list[float]:
+    array = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(array))
+    return (array / norm if norm > 0 else array).tolist()
+
+
+def _line(obj: dict) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")

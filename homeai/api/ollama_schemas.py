@@ -1,0 +1,176 @@
+"""Request bodies of the Ollama-compatible endpoints (`homeai.api.ollama`), and their sampling.
+
+Ollama's own rules: fields and options a client sends that homeai does not use are ignored
+(`keep_alive`, `think`, `mirostat`, ...); a known one with a wrong type is a 400, as it is for
+the OpenAI bodies (strict types, finite numbers, valid Unicode: `RequestBody`). `stream`
+defaults to true. Images are refused where they enter: this model reads text only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from homeai.api.errors import ApiError
+from homeai.api.schemas import FALLBACK_MAX_TOKENS, MAX_INT64, MAX_STOPS, MAX_TOP_K, MIN_INT64, Body, RequestBody
+from homeai.sched.request import SamplingParams
+from lanes.base import LanePolicy
+
+Format = Literal["json", ""] | dict[str, Any]
+JSON_SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+
+
+class Options(Body):
+    """Ollama's `options`: the ones homeai's sampler has; the rest (mirostat, num_gpu, ...) ignored."""
+
+    num_ctx: int | None = Field(None, ge=1)  # the lane's cache bounds the context whatever this says
+    num_predict: int | None = Field(None, ge=-2)  # -1 (no limit) and -2 (fill the context): the lane's cap
+    temperature: float | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, le=MAX_TOP_K)
+    top_p: float | None = Field(None, gt=0, le=1)
+    min_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = Field(None, ge=MIN_INT64, le=MAX_INT64)
+    stop: list[str] | None = Field(None, max_length=MAX_STOPS)
+    repeat_penalty: float | None = Field(None, gt=0)
+
+
+class Generating(RequestBody):
+    """What `/api/chat` and `/api/generate` share."""
+
+    model: str
+    format: Format | None = None
+    options: Options | None = None
+    stream: bool = True
+    keep_alive: str | int | float | None = None  # accepted, ignored: the model stays loaded
+    think: bool | str | None = None  # accepted, ignored: the model does not think aloud
+
+    @field_validator("format")
+    @classmethod
+    def _format_shape(cls, value):
+        if isinstance(value, dict):
+            kind = value.get("type")
+            kinds = kind if isinstance(kind, list) else [kind]
+            if kind is not None and not all(k in JSON_SCHEMA_TYPES for k in kinds):
+                raise ValueError(f"not a JSON schema type: {kind!r}")
+        return value or None  # "" means no format, as Ollama takes it
+
+    def sampling(self, policy: LanePolicy, max_output_tokens: int) -> SamplingParams:
+        """The sampler's parameters: Ollama's options over homeai's defaults and the lane's cap."""
+        o = self.options or Options()
+        d = SamplingParams()
+        lane_cap = policy.max_tokens or FALLBACK_MAX_TOKENS
+        if o.num_predict is not None and o.num_predict > max_output_tokens:
+            raise ApiError(400, f"num_predict is {o.num_predict}, more than the {max_output_tokens} this server "
+                           "allows (server.max_output_tokens)")
+        wanted = o.num_predict if o.num_predict and o.num_predict > 0 else None
+        return SamplingParams(
+            temperature=_or(o.temperature, d.temperature), top_p=_or(o.top_p, d.top_p), top_k=_or(o.top_k, d.top_k),
+            min_p=_or(o.min_p, d.min_p), repeat_penalty=_or(o.repeat_penalty, d.repeat_penalty), seed=o.seed,
+            max_tokens=wanted or lane_cap, stop=tuple(s for s in o.stop or () if s))
+
+
+class ToolFunctionCall(Body):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    index: int | None = None
+
+
+class ToolCall(Body):
+    function: ToolFunctionCall
+
+
+class ChatMessage(Body):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = ""  # null as Ollama takes it: no text (an assistant turn that only calls tools)
+    images: list[str] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_name: str | None = None  # the tool a `role: "tool"` result answers (Ollama has no call ids)
+    thinking: str | None = None  # accepted, not sent back to the model
+
+    def for_template(self) -> dict:
+        """The message as the chat template takes it, tool calls and the tool's name kept."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content or ""}
+        if self.tool_calls:
+            message["tool_calls"] = [{"function": c.function.model_dump(exclude_none=True)} for c in self.tool_calls]
+        if self.tool_name:  # Ollama's name for it, and the one Hugging Face templates read
+            message["tool_name"] = message["name"] = self.tool_name
+        return message
+
+
+class ToolFunction(Body):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class Tool(Body):
+    type: Literal["function"] = "function"
+    function: ToolFunction
+
+
+class ChatRequest(Generating):
+    messages: list[ChatMessage] = Field(default_factory=list)  # none: Ollama's "load the model" call
+    tools: list[Tool] | None = None
+
+    @field_validator("messages")
+    @classmethod
+    def _text_only(cls, messages):
+        for i, message in enumerate(messages):
+            if message.images:
+                raise ApiError(400, f"messages.{i}.images: this model reads text only; images are not supported")
+        return messages
+
+
+class GenerateRequest(Generating):
+    prompt: str = ""  # empty: Ollama's "load the model" call
+    system: str | None = None
+    raw: bool = False  # the prompt as it is, no chat template
+    suffix: str | None = None
+    images: list[str] | None = None
+
+    @field_validator("images")
+    @classmethod
+    def _text_only(cls, images):
+        if images:
+            raise ApiError(400, "images: this model reads text only; images are not supported")
+        return images
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_fill_in(cls, suffix):
+        if suffix:
+            raise ApiError(400, "suffix: fill-in-the-middle is not supported")
+        return suffix
+
+
+class EmbedRequest(RequestBody):
+    model: str
+    input: str | list[str]
+    truncate: bool = True  # Ollama cuts long inputs; homeai refuses them clearly instead
+    dimensions: int | None = Field(None, ge=1)
+    options: dict[str, Any] | None = None  # nothing in them applies to embeddings
+    keep_alive: str | int | float | None = None
+
+    def inputs(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class ModelRequest(RequestBody):
+    """`/api/show` and `/api/pull`: the model by `model`, or by `name` as older clients send it."""
+
+    model: str | None = None
+    name: str | None = None
+    stream: bool = True  # pull only
+    insecure: bool = False  # pull only: nothing is downloaded
+    verbose: bool = False  # show only
+
+    def requested(self) -> str:
+        model = self.model or self.name
+        if not model:
+            raise ApiError(400, "model is required")
+        return model
+
+
+def _or(value, default):
+    return default if value is None else value
