@@ -50,11 +50,12 @@ def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress
     return rows
 
 
-def planning_cost(num_waiting: int = 256, num_running: int = 64, steps: int = 200) -> dict:
+def planning_cost(num_waiting: int = 256, num_running: int = 64, steps: int = 200, prompt_cache: bool = True) -> dict:
     """Mean schedule()+update() time with a full house, no model (fake samples; steps take what
-    the consumer-GPU profile says, where planning time matters most next to a step's)."""
+    the consumer-GPU profile says, where planning time matters most next to a step's). The
+    prompts share prefixes in 50 groups, so with the prompt cache admission finds matches."""
     limits = SchedulerLimits(num_cells=65536, num_seqs=num_running, max_step_tokens=512,
-                             embed_max_tokens=2048, embed_max_seqs=64)
+                             embed_max_tokens=2048, embed_max_seqs=64, prompt_cache=prompt_cache)
     policies = {k: p.__class__(**{**p.__dict__, "max_queue": 10_000}) for k, p in DEFAULT_POLICIES.items()}
     sched = Scheduler(policies, limits)
     lanes = ["chat", "voice", "summaries"]

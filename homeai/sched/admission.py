@@ -37,8 +37,6 @@ class Admission:
             return False
         if request.num_tokens >= memo.failed_need[interactive]:
             return False  # a smaller request of this class already could not get in this step
-        if self.pools.shares_a_prefix_being_read(request):
-            return False  # it waits for the cells it will share
         if interactive and not self.keeps_pace(request, step):
             memo.failed_need[interactive] = request.num_tokens
             return False
@@ -46,6 +44,8 @@ class Admission:
             if not interactive or self.pools.separate or not self._preempt_background(preempt):
                 memo.failed_need[interactive] = request.num_tokens
                 return False
+        if self.pools.shares_a_prefix_being_read(request):
+            return False  # it waits for the cells it will share, a step or so
         self.waiting[request.lane].remove(request)
         self.pools.admit(request)
         request.admitted_time = request.admitted_time or step.now

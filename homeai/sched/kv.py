@@ -17,14 +17,8 @@ class KVManager:
         self.free_seq_ids = list(range(first_id + num_seqs - 1, first_id - 1, -1))
         self.allocated: dict[int, int] = {}  # live sequences: seq id -> cells
         self.cached: dict[int, int] = {}  # cached prefixes: seq id -> cells (reclaimable)
-
-    @property
-    def num_used_cells(self) -> int:
-        return sum(self.allocated.values())
-
-    @property
-    def num_cached_cells(self) -> int:
-        return sum(self.cached.values())
+        self.num_used_cells = 0  # the sum of `allocated`, kept as it changes (read every step)
+        self.num_cached_cells = 0  # the sum of `cached`
 
     @property
     def num_free_cells(self) -> int:
@@ -38,7 +32,7 @@ class KVManager:
     def admit(self, num_cells: int) -> int:
         """A free sequence id holding `num_cells` (the caller evicted what it had to first)."""
         seq_id = self.free_seq_ids.pop()
-        self.allocated[seq_id] = num_cells
+        self._set_live(seq_id, num_cells)
         return seq_id
 
     def ensure(self, seq_id: int, num_cells: int) -> bool:
@@ -48,27 +42,37 @@ class KVManager:
             return True
         if extra > self.num_free_cells:
             return False
-        self.allocated[seq_id] = num_cells
+        self._set_live(seq_id, num_cells)
         return True
 
     def release(self, seq_id: int) -> None:
-        del self.allocated[seq_id]
+        self._set_live(seq_id, None)
         self.free_seq_ids.append(seq_id)
 
     def cache(self, seq_id: int, num_cells: int) -> None:
         """A live sequence ends and keeps its first `num_cells` as a cached prefix."""
-        del self.allocated[seq_id]
-        self.cached[seq_id] = num_cells
+        self._set_live(seq_id, None)
+        self._set_cached(seq_id, num_cells)
 
     def reuse(self, seq_id: int, num_cells: int) -> None:
         """A cached prefix becomes a live sequence again, holding its first `num_cells`."""
-        del self.cached[seq_id]
-        self.allocated[seq_id] = num_cells
+        self._set_cached(seq_id, None)
+        self._set_live(seq_id, num_cells)
 
     def trim(self, seq_id: int, num_cells: int) -> None:
         """A cached prefix keeps only its first `num_cells`."""
-        self.cached[seq_id] = min(self.cached[seq_id], num_cells)
+        self._set_cached(seq_id, min(self.cached[seq_id], num_cells))
 
     def evict(self, seq_id: int) -> None:
-        del self.cached[seq_id]
+        self._set_cached(seq_id, None)
         self.free_seq_ids.append(seq_id)
+
+    def _set_live(self, seq_id: int, num_cells: int | None) -> None:
+        self.num_used_cells += (num_cells or 0) - self.allocated.pop(seq_id, 0)
+        if num_cells is not None:
+            self.allocated[seq_id] = num_cells
+
+    def _set_cached(self, seq_id: int, num_cells: int | None) -> None:
+        self.num_cached_cells += (num_cells or 0) - self.cached.pop(seq_id, 0)
+        if num_cells is not None:
+            self.cached[seq_id] = num_cells
