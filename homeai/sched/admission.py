@@ -40,12 +40,12 @@ class Admission:
         if interactive and not self.keeps_pace(request, step):
             memo.failed_need[interactive] = request.num_tokens
             return False
+        if self.pools.shares_a_prefix_being_read(request):
+            return False  # it waits for the cells it will share, a step or so (before any preemption for it)
         while not self.fits(request.num_tokens, interactive, step):
             if not interactive or self.pools.separate or not self._preempt_background(preempt):
                 memo.failed_need[interactive] = request.num_tokens
                 return False
-        if self.pools.shares_a_prefix_being_read(request):
-            return False  # it waits for the cells it will share, a step or so
         self.waiting[request.lane].remove(request)
         self.pools.admit(request)
         request.admitted_time = request.admitted_time or step.now

@@ -249,3 +249,17 @@ def test_off_by_default_in_the_scheduler_and_reads_everything():
     sched.add_request(again)
     run_until_idle(sched, runner, now)
     assert first_item(runner.plans, again).start == 0 and sched.pools.cells_cached(Pool.MAIN) == 0
+
+
+def test_requests_arriving_together_read_their_shared_prefix_once():
+    sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64), FakeRunner()  # 64-token chunks
+    members = [request(SYSTEM + [k] * 20, member=f"m{k}") for k in range(3)]
+    for r in members:
+        sched.add_request(r)
+    run_until_idle(sched, runner)
+    assert all(r.finished for r in members)
+    read = sum(len(i.tokens) for plan in runner.plans for i in plan.items if i.start < 300)
+    assert read < 2 * 300, f"the 300-token prefix was read {read / 300:.1f} times"
+    assert sorted(r.num_cached_tokens for r in members) == [0, 300, 300]
+    copies = [op for plan in runner.plans for op in plan.cache_ops.get(Pool.MAIN, []) if isinstance(op, Copy)]
+    assert len(copies) == 2 and all(op.length == 300 for op in copies)
