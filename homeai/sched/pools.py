@@ -168,6 +168,12 @@ class KVPools:
             kv.release(seq_id)
             self._op(pool, Drop(seq_id))
 
+    def drop_cached(self) -> None:
+        """Evict every cached prefix (llama.cpp found no KV slot: whatever it holds, it gives back)."""
+        for pool in self.cache:
+            while self._evict_oldest(pool):
+                pass
+
     def take_ops(self) -> dict[Pool, list[Drop | Copy]]:
         """The cache operations since the last call, per pool, in the order they must run."""
         ops, self._ops = self._ops, {}

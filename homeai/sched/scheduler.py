@@ -287,6 +287,7 @@ class Scheduler:
             victim = self.pools.victim()
             if victim is not None and len(self.running) > 1:
                 self._preempt(victim, None)
+            self.pools.drop_cached()  # cached prefixes too: the room must be real, in llama.cpp's cache
             return []
         self.pacing.step_ran()
         if not plan.empty:

@@ -8,7 +8,7 @@ import itertools
 
 from homeai.sched.pools import Copy, Drop, Pool
 from homeai.sched.request import Kind, Request, SamplingParams, Status
-from homeai.sched.scheduler import QueueFull
+from homeai.sched.scheduler import QueueFull, StepResult
 from tests.sched.helpers import FakeRunner, create_scheduler, run_until_idle, step, token_for
 
 _ids = itertools.count()
@@ -263,3 +263,17 @@ def test_requests_arriving_together_read_their_shared_prefix_once():
     assert sorted(r.num_cached_tokens for r in members) == [0, 300, 300]
     copies = [op for plan in runner.plans for op in plan.cache_ops.get(Pool.MAIN, []) if isinstance(op, Copy)]
     assert len(copies) == 2 and all(op.length == 300 for op in copies)
+
+
+def test_no_kv_slot_drops_every_cached_prefix():
+    sched, runner = cached(), FakeRunner()
+    for k in range(2):
+        sched.add_request(request([k + 1] * 20 + SYSTEM, member=f"m{k}"))
+    now = run_until_idle(sched, runner)
+    assert len(sched.pools.cache[Pool.MAIN]) == 2
+    sched.add_request(request(list(range(5000, 5100)), arrival=now))
+    plan = sched.schedule(now + 0.01)
+    sched.update(plan, StepResult(no_kv_slot=True), now + 0.02)
+    assert not sched.pools.cache[Pool.MAIN] and sched.pools.cells_cached(Pool.MAIN) == 0
+    dropped = [op.seq_id for op in sched.pools.take_ops().get(Pool.MAIN, []) if isinstance(op, Drop) and op.start == 0]
+    assert len(dropped) == 2
