@@ -463,10 +463,14 @@ def raw_batched_decode(runner: Runner, prompts: list[list[int]], num_steps: int)
     runner.reset()
     n = len(prompts)
     start = time.perf_counter()
-    rows = runner.batch.fill([(seq, 0, p, True) for seq, p in enumerate(prompts)])
-    if ll.llama_decode(runner.ctx, runner.batch.c) != 0:
-        raise RunnerError("raw prefill failed")
     samplers = [ll.llama_sampler_init_greedy() for _ in range(n)]
+    tokens = [0] * n
+    for group in _fitting(prompts, len(runner.batch.token)):  # the prompts, as few decodes as the batch allows
+        rows = runner.batch.fill([(seq, 0, prompts[seq], True) for seq in group])
+        if ll.llama_decode(runner.ctx, runner.batch.c) != 0:
+            raise RunnerError("raw prefill failed")
+        for seq, row in zip(group, rows):
+            tokens[seq] = ll.llama_sampler_sample(samplers[seq], runner.ctx, row)
     positions = [len(p) for p in prompts]
     tokens = [ll.llama_sampler_sample(s, runner.ctx, r) for s, r in zip(samplers, rows)]
     prefill_s = time.perf_counter() - start
@@ -481,6 +485,21 @@ def raw_batched_decode(runner: Runner, prompts: list[list[int]], num_steps: int)
         ll.llama_sampler_free(s)
     runner.reset()
     return {"seconds": elapsed, "prefill_seconds": prefill_s, "tokens": n * num_steps}
+
+
+def _fitting(prompts: list[list[int]], capacity: int) -> list[list[int]]:
+    """The prompts' indices in groups of at most `capacity` tokens, in order."""
+    groups: list[list[int]] = [[]]
+    used = 0
+    for i, prompt in enumerate(prompts):
+        if len(prompt) > capacity:
+            raise RunnerError(f"a {len(prompt)}-token prompt does not fit one batch of {capacity}")
+        if used + len(prompt) > capacity:
+            groups.append([])
+            used = 0
+        groups[-1].append(i)
+        used += len(prompt)
+    return groups
 
 
 def raw_two_context_decode(runner: Runner, prompts: list[list[int]], num_steps: int) -> dict:

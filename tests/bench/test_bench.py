@@ -121,3 +121,13 @@ def test_household_at_full_size_completes_under_every_policy_in_simulation(tmp_p
     for policy in POLICIES:
         result = bench.run(workload, policy, max_seconds=600)
         assert all(r.ok for r in result.records), (policy, [r.spec.request_id for r in result.records if not r.ok])
+
+
+def test_the_raw_loop_reads_prompts_longer_than_one_batch_together(runner):
+    """`homeai bench engine` at 16 sequences: their prompts exceed one llama.cpp batch."""
+    from homeai.engine.runner import raw_batched_decode
+
+    prompts = [runner.tokenize(f"Question {i}: " + "why is the sky blue? " * 6) for i in range(8)]
+    assert sum(map(len, prompts)) > len(runner.batch.token)
+    out = raw_batched_decode(runner, prompts, 4)
+    assert out["tokens"] == 8 * 4
