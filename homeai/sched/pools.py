@@ -62,6 +62,9 @@ class PromptCache:
     enabled: bool = False
     max_cells: int = 0  # cells the entries of one pool may hold; 0: any the live sequences leave
     min_reuse: int = 16  # the shortest shared prefix worth reusing (at least prefix.HEAD)
+    # The odds an entry is used again, as eviction assumes them (`KVPools.expire`): lower frees
+    # attention sooner for new prompts; higher keeps conversations warm through more other work.
+    reuse_odds: float = 0.5
 
 
 class KVPools:
@@ -168,6 +171,23 @@ class KVPools:
             kv.release(seq_id)
             self._op(pool, Drop(seq_id))
 
+    def computed(self, pool: Pool, num_tokens: int) -> None:
+        """A step computed `num_tokens` in `pool`: its cached prefixes aged by that much work."""
+        if pool in self.cache:
+            self.cache[pool].work += num_tokens
+
+    def expire(self, max_work: float) -> None:
+        """Evict entries that have cost more than they could save. Every token a pool computes
+        attends over every cell in use there, cached ones included (llama.cpp spans the cache up
+        to its highest cell in use), at `c` ms per token per thousand cells; reading an entry's L
+        tokens again costs about `b` ms each. So keeping L cells while the pool computes W tokens
+        costs c·W·L/1000 and can save p·b·L, p the odds it is reused: past W = p·1000·b/c
+        (`max_work`), whatever L, an entry not reused has cost more than it is likely to save. An
+        idle box computes nothing, so its entries stay; a busy one keeps what is reused soon."""
+        for pool, cache in self.cache.items():
+            for entry in cache.stale(max_work):
+                self._evict(pool, entry)
+
     def drop_cached(self) -> None:
         """Evict every cached prefix (llama.cpp found no KV slot: whatever it holds, it gives back)."""
         for pool in self.cache:
@@ -265,10 +285,13 @@ class KVPools:
         entry = self.cache[pool].oldest(keep) if pool in self.cache else None
         if entry is None:
             return False
+        self._evict(pool, entry)
+        return True
+
+    def _evict(self, pool: Pool, entry: Entry) -> None:
         self.cache[pool].remove(entry.seq_id)
         self.kv[pool].evict(entry.seq_id)
         self._op(pool, Drop(entry.seq_id))
-        return True
 
     def _cap(self, pool: Pool, newest: int) -> None:
         """Keep the pool's entries within `max_cells`: older ones go first, then the newest is trimmed."""

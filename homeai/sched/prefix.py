@@ -27,6 +27,7 @@ class Entry:
     seq_id: int
     tokens: np.ndarray  # the token ids its cells hold, one per position
     last_use: int  # the cache's clock when it was added or last matched
+    work_at_use: int = 0  # the pool's tokens computed, then
 
     @property
     def head(self) -> tuple[int, ...]:
@@ -49,6 +50,7 @@ class PrefixCache:
         self.entries: dict[int, Entry] = {}
         self._heads: dict[int, tuple[int, ...]] = {}
         self._clock = itertools.count()
+        self.work = 0  # tokens computed in this pool so far: what an entry's keep is paid in
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -58,7 +60,7 @@ class PrefixCache:
         return sum(len(e.tokens) for e in self.entries.values())
 
     def add(self, seq_id: int, tokens: np.ndarray) -> None:
-        entry = Entry(seq_id, tokens, next(self._clock))
+        entry = Entry(seq_id, tokens, next(self._clock), self.work)
         self.entries[seq_id] = entry
         self._heads[seq_id] = entry.head
 
@@ -75,7 +77,11 @@ class PrefixCache:
         return best, length
 
     def touch(self, entry: Entry) -> None:
-        entry.last_use = next(self._clock)
+        entry.last_use, entry.work_at_use = next(self._clock), self.work
+
+    def stale(self, max_work: float) -> list[Entry]:
+        """Entries the pool has computed more than `max_work` tokens beside since their last use."""
+        return [e for e in self.entries.values() if self.work - e.work_at_use > max_work]
 
     def remove(self, seq_id: int) -> Entry:
         self._heads.pop(seq_id)

@@ -220,7 +220,8 @@ class Scheduler:
         # prompt: background decodes would cost a second decode call each step.
         if self.pools.separate and prompt and self.share.decodes_wait(background, self._call_tokens()):
             decoding, deferred = [r for r in decoding if r.interactive], background
-        cells, num_decoding = {pool: 0 for pool in GENERATE}, {pool: 0 for pool in GENERATE}
+        cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
+        num_decoding = {pool: 0 for pool in GENERATE}
         for r in self.running:
             cells[self.pools.of(r)] += r.num_computed_tokens
         for r in decoding:
@@ -242,6 +243,12 @@ class Scheduler:
         return self.pacing.budget(step.cost, num_decoding=num_decoding, decodes=decodes, pace=step.pace,
                                   cells=step.cells[to], new_decode=not step.num_decoding[to], prompt=step.prompt,
                                   way_back=self.share.way_back(step.overdue), lone=step.lone)
+
+    def _worth_keeping(self) -> float:
+        """Tokens a pool may compute beside a cached prefix before keeping it has cost more than
+        reading it again would (see `KVPools.expire`), by the cost model as it stands."""
+        _, b, c, _ = self.cost.coefficients
+        return self.pools.settings.reuse_odds * 1000.0 * b / c if c > 0 else float("inf")
 
     def _call_tokens(self) -> float:
         """A decode call's fixed cost in tokens' worth: what background pays for a call of its own."""
@@ -292,6 +299,9 @@ class Scheduler:
         self.pacing.step_ran()
         if not plan.empty:
             self.cost.observe(plan.shape, result.elapsed_ms, now)
+            for pool in self.pools.generating:
+                self.pools.computed(pool, sum(len(i.tokens) for i in plan.batches[pool]))
+            self.pools.expire(self._worth_keeping())
         outputs = [o for i in plan.generating if (o := self._advance(i, result, now))]
         return outputs + [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
 

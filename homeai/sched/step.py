@@ -33,7 +33,7 @@ class Step:
     began_idle: bool  # nothing was running
     admissions: Admissions
     prompt: bool = False  # an interactive prompt is part-read, or an eligible one would be admitted now
-    cells: dict[Pool, int] = field(default_factory=dict)  # per generating pool, cells holding context
+    cells: dict[Pool, int] = field(default_factory=dict)  # per generating pool, cells attended over (cached too)
     num_decoding: dict[Pool, int] = field(default_factory=dict)  # per generating pool, sequences decoding
     deferred: int = 0  # background decodes waiting for an interactive prompt
     pace: float | None = None  # the readers' inter-token pace (ms); None with no reader decoding

@@ -8,6 +8,7 @@ import itertools
 
 from homeai.sched.pools import Copy, Drop, Pool
 from homeai.sched.request import Kind, Request, SamplingParams, Status
+from homeai.sched.costmodel import StepShape
 from homeai.sched.scheduler import QueueFull, StepResult
 from tests.sched.helpers import FakeRunner, create_scheduler, run_until_idle, step, token_for
 
@@ -277,3 +278,36 @@ def test_no_kv_slot_drops_every_cached_prefix():
     assert not sched.pools.cache[Pool.MAIN] and sched.pools.cells_cached(Pool.MAIN) == 0
     dropped = [op.seq_id for op in sched.pools.take_ops().get(Pool.MAIN, []) if isinstance(op, Drop) and op.start == 0]
     assert len(dropped) == 2
+
+
+def test_an_entry_goes_once_keeping_it_has_cost_more_than_reading_it_again():
+    """Keeping cells costs every token the pool computes (attention spans them); reading them
+    again costs each token once: past p·1000·b/c tokens of other work, an unused entry goes. Work in
+    the other pool, or no work at all, costs it nothing."""
+    def cost(shape):  # 2 ms a token, 1 ms a token per thousand cells
+        return 11.0 + 2.0 * shape.tokens + 1.0 * shape.token_kcells + shape.outputs
+
+    sched, runner = cached(num_cells=20000, interactive_cells=20000), FakeRunner(cost=cost)
+
+    def keep():
+        _, b, c, _ = sched.cost.coefficients
+        return sched.pools.settings.reuse_odds * 1000 * b / c
+
+    chat = request(SYSTEM + [1], max_tokens=2)
+    sched.add_request(chat)
+    now = run_until_idle(sched, runner)
+    first = next(iter(sched.pools.cache[Pool.INTERACTIVE].entries))
+    # background work in the main pool: the chat's entry in its own cache does not age
+    sched.add_request(request(list(range(6000, 9000)), lane="summaries", max_tokens=2, arrival=now))
+    now = run_until_idle(sched, runner, now)
+    assert first in sched.pools.cache[Pool.INTERACTIVE].entries
+    # other chats in its own cache: once they have computed more than `keep` tokens, it goes
+    work, seen = 0, []
+    while first in sched.pools.cache[Pool.INTERACTIVE].entries:
+        other = request([9000 + work] * 20 + list(range(480)), member=f"o{work}", max_tokens=2, arrival=now)
+        sched.add_request(other)
+        now = run_until_idle(sched, runner, now)
+        work += other.num_computed_tokens
+        seen.append(keep())
+        assert work < max(seen) + 1000, "kept past its worth"
+    assert work > min(seen) - 1000, "evicted before it had cost its worth"
