@@ -103,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="no model: a step-cost profile (see `bench all --simulate`)")
     multi.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     multi.add_argument("--out", default="bench-out", help="folder for multiturn.json and multiturn.md")
+    assistant = bsub.add_parser("assistant", help="a Home Assistant voice turn: Wyoming speech-to-text, then /api/chat")
+    assistant.add_argument("--conversations", type=int, default=3, help="conversations per phase (idle, saturated)")
+    assistant.add_argument("--turns", type=int, default=3, help="turns per conversation")
+    assistant.add_argument("--devices", type=int, default=40, help="exposed devices listed in the system prompt")
+    assistant.add_argument("--reps", type=int, default=100, help="pairs of /api/chat and /v1/chat/completions")
+    assistant.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    assistant.add_argument("--out", default="bench-out", help="folder for assistant.json and assistant.md")
+    assistant.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -231,6 +239,10 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         print(f"{args.out}: {size / 1e6:.0f} MB, random weights in the {args.shape} shape ({args.type});"
               f" set model.path to it to benchmark it")
         return 0
+    if args.workload == "assistant":
+        from homeai.bench import assistant_bench
+
+        return assistant_bench.main(cfg, args)
     if args.workload == "voice":
         from homeai.bench.voice_bench import run
 

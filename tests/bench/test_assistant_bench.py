@@ -1,0 +1,56 @@
+"""`homeai bench assistant` in its quick shape over the session's model and a speech model: the
+report's fields exist and every turn was answered (speed is the benchmark's to report, not asserted).
+
+Run: .venv/bin/python -m pytest tests/bench/test_assistant_bench.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from homeai.bench import assistant_bench
+from homeai.cli import build_parser
+from homeai.config import SpeechConfig
+from tests.conftest import small_config
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def stt():
+    from homeai.speech.stt import SpeechToText
+
+    model = SpeechToText(SpeechConfig())
+    yield model
+    model.close()
+
+
+def test_the_command_line_names_the_benchmark():
+    args = build_parser().parse_args(["bench", "assistant", "--turns", "2", "--out", "x"])
+    assert (args.workload, args.turns, args.conversations, args.devices) == ("assistant", 2, 3, 40)
+
+
+def test_quick_run_reports_every_figure(runner, stt, tmp_path):
+    shape = assistant_bench.QUICK
+    report = assistant_bench.run(small_config(), shape=shape, out=tmp_path, runner=runner, stt=stt,
+                                 progress=lambda *a, **k: None)
+    written = json.loads((tmp_path / "assistant.json").read_text())
+    assert written["bench"] == "assistant" and written["command"] == "homeai bench assistant"
+    assert report["speech"] == "espeak-ng" and report["system_prompt_tokens"] > 0
+    for phase in ("idle", "saturated"):
+        for group, n in (("turn1", shape.conversations), ("later", shape.conversations * (shape.turns - 1))):
+            figures = report["phases"][phase][group]
+            assert figures["n"] == n and figures["stt_ms"]["p50"] is not None, (phase, group)
+            for key in ("transcript_to_first_ms", "stop_to_first_ms"):
+                assert set(figures[key]) == {"p50", "p95"}, (phase, group, key)
+            assert figures["cached_share"] is not None and "p50" in figures["text_stop_to_first_ms"]
+    assert all(s["transcript"] for s in report["samples"])
+    assert report["background"]["seconds"] > 0
+    overhead = report["overhead"]
+    assert overhead["reps"] == shape.overhead_reps
+    assert all(overhead[k] is not None for k in ("median_difference_ms", "mean_difference_ms", "mean_difference_ci95_ms"))
+    assert len(report["findings"]) == 3
+    markdown = (tmp_path / "assistant.md").read_text()
+    assert "audio-stop -> first line" in markdown and "/api/chat" in markdown
