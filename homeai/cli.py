@@ -5,6 +5,7 @@
     homeai members add NAME [--admin] [--lane LANE] | lane NAME [LANE] | list | revoke NAME | revoke --prefix PREFIX
     homeai index [PATH...] [--no-summaries]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
+    homeai bench grammar [--seqs 1,8] [--tokens 64] [--reps 3]
     homeai bench voice [--n 10] [--out bench-out]
     homeai bench http --peer URL [--url URL] [--quick]
 
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     engine = bsub.add_parser("engine", help="decode tok/s vs a raw llama.cpp loop; scheduler planning cost")
     engine.add_argument("--seqs", default="1,4,8,16")
     engine.add_argument("--tokens", type=int, default=64)
+    grammar = bsub.add_parser("grammar", help="decode tok/s with a JSON-schema grammar and an untriggered lazy one vs free text")
+    grammar.add_argument("--seqs", default="1,8")
+    grammar.add_argument("--tokens", type=int, default=64)
+    grammar.add_argument("--reps", type=int, default=3, help="rounds of the three ways; medians reported")
     voice = bsub.add_parser("voice", help="end of speech to first answer token over /v1/voice, idle and loaded")
     voice.add_argument("--n", type=int, default=10, help="questions per phase")
     voice.add_argument("--out", default="bench-out", help="folder for voice.json and voice.md")
@@ -133,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, voice, neighbour, http, multi, rmodel, add, lane, token, revoke,
+    for p in (serve, doctor, members, bench, engine, grammar, voice, neighbour, http, multi, rmodel, add, lane, token, revoke,
               *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
@@ -222,6 +227,8 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
             runner.close()
         print(report(rows, planning_cost()))
         return 0
+    if args.workload == "grammar":
+        return run_grammar(cfg, args)
     if args.workload == "neighbour":
         return run_neighbour(cfg, args)
     if args.workload == "http":
@@ -249,6 +256,26 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         run(cfg, n=args.n, out=Path(args.out))
         return 0
     return run_workloads(cfg, args)
+
+
+def run_grammar(cfg: config_mod.Config, args) -> int:
+    from homeai.bench.grammar_bench import grammar_throughput, report
+    from homeai.engine.engine import create_engine
+    from homeai.engine.runner import Runner
+    from homeai.models import generation_model
+
+    runner = Runner(cfg.model, generation_model(cfg))
+    engine = create_engine(cfg, runner).start()
+    try:
+        rows = grammar_throughput(engine, [int(s) for s in args.seqs.split(",")], args.tokens, args.reps,
+                                  progress=lambda r: print(f"  {r['seqs']:>3} seqs: free {r['free_tok_s']:.1f}, "
+                                                           f"json_schema {r['json_schema_tok_s']:.1f}, lazy "
+                                                           f"{r['lazy_untriggered_tok_s']:.1f} tok/s", flush=True))
+    finally:
+        engine.stop()
+        runner.close()
+    print(report(rows))
+    return 0
 
 
 def run_neighbour(cfg: config_mod.Config, args) -> int:

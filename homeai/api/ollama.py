@@ -12,13 +12,16 @@ object otherwise. Every error this router raises is `{"error": "..."}` with its 
 route class below reshapes homeai's errors); a stream cut short ends with an error line.
 The body-size limit and the shutdown refusal answer before any route, in OpenAI's shape.
 
-Tool calling and structured output (`format`) plug in at one place each: see "where tool
-calling and structured output plug in" below.
+Tool calling and structured output (`format`) go through `homeai.tools`, as on `/v1`: the tools
+in the model's call format, the reply held to their schemas by a grammar, and a call sent whole,
+in one line, with `arguments` an object. Ollama has no `tool_choice` ("auto" always); homeai takes
+one as its own field, as on `/v1`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -41,9 +44,12 @@ from homeai.api.errors import ApiError
 from homeai.api.limits import check_generation
 from homeai.api.ollama_schemas import ChatRequest, EmbedRequest, GenerateRequest, Generating, ModelRequest
 from homeai.api.openai import _submit_embeds as submit_embeds
+from homeai.api.openai import chat_template, tool_error, tool_plan
 from homeai.api.streaming import abort_on_disconnect, collect
 from homeai.api.submit import off_loop, submit
 from homeai.engine.engine import Engine, FinishEvent, RequestStream, TokenEvent
+from homeai.sched.request import Grammar
+from homeai.tools import ToolCall, ToolError, ToolPlan, ollama_format_grammar
 from homeai.store.members import default_lane
 from lanes.base import LanePolicy
 
@@ -54,12 +60,11 @@ NDJSON = "application/x-ndjson"
 NS_PER_MS = 1_000_000
 
 
-# ---- where tool calling and structured output plug in ------------------------------------
+# ---- tool calling and structured output ----------------------------------------------------
 
-# Tool calling plugs in here: set the flag, pass `tools` on in `chat_prompt` (the runner's
-# `apply_chat_template(messages, tools)` takes them), and have `Reply` send a parsed call whole,
-# as one line with `message.tool_calls` (`arguments` an object).
-TOOL_CALLING = False  # True once the model's template takes tools and its calls are parsed
+# Every served model takes tools: in its template's own call format, or in the generic one
+# (described in the system prompt, held to the schemas by a grammar) when its template has none.
+TOOL_CALLING = True
 
 
 def capabilities(purposes: set[str]) -> list[str]:
@@ -72,18 +77,21 @@ def capabilities(purposes: set[str]) -> list[str]:
     return out
 
 
-def chat_prompt(engine: Engine, messages: list[dict], tools: list[dict]) -> str:
-    """The prompt for a chat; `tools` go into the template once tool calling exists. Until then a
-    chat with tools is answered as plain chat (the model does not see them)."""
-    return engine.runner.apply_chat_template(messages)
+def chat_prompt(engine: Engine, messages: list[dict], plan: ToolPlan | None) -> str:
+    """The prompt for a chat, with the tools in the form the model's template takes them."""
+    return chat_template(engine.runner, plan)(messages)
 
 
-def check_format(format: str | dict | None) -> None:
-    """Where the grammar that holds an answer to `format` ("json" or a JSON schema) plugs in.
-    None exists yet, so a format is refused: an answer that only might be JSON would break the
-    client that parses it. (400, not 501: homeai's schema test takes every 5xx for a crash.)"""
-    if format is not None:
-        raise ApiError(400, "format (structured output) is not supported yet by this server")
+def format_grammar(format: str | dict | None) -> Grammar | None:
+    """The grammar that holds an answer to `format` ("json" or a JSON schema); None for free text."""
+    try:
+        return ollama_format_grammar(format)
+    except ToolError as e:
+        raise tool_error(e) from None
+
+
+def _ollama_calls(calls: tuple[ToolCall, ...]) -> list[dict]:
+    return [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
 # ---- errors in Ollama's shape ---------------------------------------------------------------
@@ -196,9 +204,14 @@ async def chat(body: ChatRequest, request: Request, runtime: RuntimeDep, engine:
     if not body.messages:  # Ollama's way to load a model: answered at once, it is loaded
         return reply.loaded()
     messages = [m.for_template() for m in body.messages]
-    tools = [t.model_dump(exclude_none=True) for t in body.tools or ()]
-    stream = await submit(engine, lambda: chat_prompt(engine, messages, tools), lane=lane, member=member.name,
-                          params=body.sampling(policy, runtime.cfg.server.max_output_tokens), prompt_param="messages")
+    plan = tool_plan(engine.runner, [t.model_dump(exclude_none=True) for t in body.tools or ()], body.tool_choice)
+    if plan is not None and body.format is not None:
+        raise ApiError(400, "format cannot be combined with tools")
+    reply = Reply(model, "chat", plan)
+    grammar = await asyncio.to_thread(_grammar, plan, body.format)
+    params = dataclasses.replace(body.sampling(policy, runtime.cfg.server.max_output_tokens), grammar=grammar)
+    stream = await submit(engine, lambda: chat_prompt(engine, messages, plan), lane=lane, member=member.name,
+                          params=params, prompt_param="messages")
     return await _answer(request, stream, reply, stream_lines=body.stream, started=started)
 
 
@@ -217,8 +230,9 @@ async def generate(body: GenerateRequest, request: Request, runtime: RuntimeDep,
         system = [{"role": "system", "content": body.system}] if body.system else []
         return engine.runner.apply_chat_template([*system, {"role": "user", "content": body.prompt}])
 
-    stream = await submit(engine, prompt, lane=lane, member=member.name,
-                          params=body.sampling(policy, runtime.cfg.server.max_output_tokens), prompt_param="prompt")
+    grammar = await asyncio.to_thread(format_grammar, body.format)
+    params = dataclasses.replace(body.sampling(policy, runtime.cfg.server.max_output_tokens), grammar=grammar)
+    stream = await submit(engine, prompt, lane=lane, member=member.name, params=params, prompt_param="prompt")
     return await _answer(request, stream, reply, stream_lines=body.stream, started=started)
 
 
@@ -227,8 +241,17 @@ def _generation(runtime, body: Generating, lane: str, num_messages: int = 0) -> 
     model = _model(runtime, body.model, "generate")
     policy = _policy(runtime, lane)
     check_generation(runtime.cfg.server, max_tokens=None, num_messages=num_messages)
-    check_format(body.format)
     return model, policy
+
+
+def _grammar(plan: ToolPlan | None, format) -> Grammar | None:
+    """The tools' grammar, else the format's (a schema's conversion takes a few ms: called off the loop)."""
+    if plan is None:
+        return format_grammar(format)
+    try:
+        return plan.grammar()
+    except ToolError as e:
+        raise tool_error(e) from None
 
 
 async def _answer(request: Request, stream: RequestStream, reply: "Reply", *, stream_lines: bool,
@@ -244,10 +267,11 @@ async def _lines(stream: RequestStream, reply: "Reply", started: int) -> AsyncIt
     try:
         async for event in stream:
             if isinstance(event, TokenEvent) and event.text:
-                yield _line(reply.piece(event.text))
+                for line in reply.pieces(event.text):
+                    yield _line(line)
         finish = stream.finished
-        if finish.text:
-            yield _line(reply.piece(finish.text))
+        for line in reply.end(finish.text):  # text held back, then the calls, whole, in one line
+            yield _line(line)
         if finish.reason == "error":
             yield _line({"error": f"generation failed: {finish.error}"})
         elif finish.reason == "abort":
@@ -260,11 +284,30 @@ async def _lines(stream: RequestStream, reply: "Reply", started: int) -> AsyncIt
 
 
 class Reply:
-    """One answer's lines: pieces of text, then the last line with its counts and durations."""
+    """One answer's lines: pieces of text, then the last line with its counts and durations. With a
+    tool plan, text that may open a call is held back, and the calls go out whole in one line."""
 
-    def __init__(self, model: str, endpoint: str):
+    def __init__(self, model: str, endpoint: str, plan: ToolPlan | None = None):
         self.model = ollama_models.ollama_name(model)
         self.chat = endpoint == "chat"
+        self.plan = plan
+        self.calls = plan.stream() if plan is not None else None
+
+    def pieces(self, text: str) -> list[dict]:
+        text = self.calls.feed(text) if self.calls is not None else text
+        return [self.piece(text)] if text else []
+
+    def end(self, text: str) -> list[dict]:
+        """The lines before the last: text held back, and the calls."""
+        if self.calls is None:
+            return [self.piece(text)] if text else []
+        self.calls.feed(text)
+        rest, parsed = self.calls.finish()
+        lines = [self.piece(rest)] if rest else []
+        if parsed.calls:
+            lines.append({**self._head(), "message": {"role": "assistant", "content": "",
+                                                      "tool_calls": _ollama_calls(parsed.calls)}, "done": False})
+        return lines
 
     def _head(self) -> dict:
         return {"model": self.model, "created_at": _now()}
@@ -279,10 +322,17 @@ class Reply:
         return JSONResponse({**self._head(), **self._text(""), "done": True, "done_reason": "load"})
 
     def done(self, text: str, finish: FinishEvent, started: int) -> dict:
+        """The last line; for a whole answer (`text`), with its calls parsed out."""
         s = finish.stats
+        body = self._text(text)
+        if self.plan is not None and text:
+            parsed = self.plan.parse(text)
+            body["message"]["content"] = parsed.content or ""
+            if parsed.calls:
+                body["message"]["tool_calls"] = _ollama_calls(parsed.calls)
         queued_ns = round((s.queue_ms or 0) * NS_PER_MS)
         first_ns = round((s.ttft_ms or s.e2e_ms) * NS_PER_MS)
-        return {**self._head(), **self._text(text), "done": True,
+        return {**self._head(), **body, "done": True,
                 "done_reason": "length" if finish.reason == "length" else "stop",
                 "total_duration": time.perf_counter_ns() - started, "load_duration": 0,
                 "prompt_eval_count": s.prompt_tokens, "prompt_eval_duration": max(0, first_ns - queued_ns),

@@ -112,6 +112,7 @@ class Tool(Body):
 class ChatRequest(Generating):
     messages: list[ChatMessage] = Field(default_factory=list)  # none: Ollama's "load the model" call
     tools: list[Tool] | None = None
+    tool_choice: str | dict[str, Any] | None = None  # homeai's own (Ollama has none): as on /v1, default "auto"
 
     @field_validator("messages")
     @classmethod

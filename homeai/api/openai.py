@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from homeai import tools
 from homeai.api import dispatch
 from homeai.api.auth import CurrentMember, current_member
 from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep, get_engine
@@ -27,7 +29,7 @@ from homeai.api.shapes import ChatShape, CompletionShape
 from homeai.api.streaming import abort_on_disconnect, collect, sse_response
 from homeai.api.submit import off_loop, submit
 from homeai.engine.engine import Engine, RequestStream
-from homeai.sched.request import Kind
+from homeai.sched.request import Grammar, Kind
 from lanes import chat as chat_lane
 from lanes.base import LanePolicy
 
@@ -52,18 +54,23 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, runtim
     async def local(fallback: bool) -> Response:
         engine = get_engine(runtime)
         model = _model(runtime, None if fallback else body.model, "generate")
-        params = body.sampling(policy)
+        runner = engine.runner
+        plan = tool_plan(runner, body.tools, body.tool_choice, body.parallel_tool_calls)
+        if plan is not None and body.response_format not in (None, {"type": "text"}):
+            raise ApiError(400, "response_format cannot be combined with tools", code="invalid_value",
+                           param="response_format")
+        grammar = await _grammar(plan.grammar if plan else lambda: tools.response_format_grammar(body.response_format))
+        params = dataclasses.replace(body.sampling(policy), grammar=grammar)
         messages = [m.for_template() for m in body.messages]
         docs, citations = await _documents(request, messages) if body.documents else ("", [])
-        runner = engine.runner
 
         def prompt() -> list[int]:  # every message kept: the client chose them; too long is its 400
-            return chat_lane.build_prompt(messages, docs, None, template=runner.apply_chat_template,
+            return chat_lane.build_prompt(messages, docs, None, template=chat_template(runner, plan),
                                           tokenize=runner.tokenize)
 
         stream = await submit(engine, prompt, lane=lane, member=member.name, params=params,
                               prompt_param="messages")
-        shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs)
+        shape = ChatShape(model, engine.runner.piece, logprobs=body.logprobs, plan=plan)
         if body.stream:
             response = sse_response(stream, shape, include_usage=body.include_usage)
             if citations:
@@ -101,7 +108,8 @@ async def completions(body: CompletionRequest, request: Request, runtime: Runtim
     async def local(fallback: bool) -> Response:
         engine = get_engine(runtime)
         model = _model(runtime, None if fallback else body.model, "generate")
-        params = body.sampling(policy)
+        grammar = await _grammar(lambda: tools.response_format_grammar(body.response_format))
+        params = dataclasses.replace(body.sampling(policy), grammar=grammar)
         prompt = body.one_prompt()
         stream = await submit(engine, lambda: prompt, lane=lane, member=member.name, params=params,
                               prompt_param="prompt")
@@ -159,6 +167,39 @@ async def _embed(engine: Engine, request: Request, body: EmbeddingRequest, input
 
 
 # ---- helpers ----------------------------------------------------------------------------
+
+
+def tool_error(error: tools.ToolError) -> ApiError:
+    return ApiError(400, str(error), code="invalid_value", param=error.param)
+
+
+def tool_plan(runner, tool_list, tool_choice, parallel_tool_calls: bool = True) -> tools.ToolPlan | None:
+    """The request's tool plan, in the call format of the model's template; bad input is a 400."""
+    source = runner.chat.template.source if runner.chat.template is not None else None
+    try:
+        return tools.plan(tool_list, tool_choice, parallel_tool_calls, template_source=source)
+    except tools.ToolError as e:
+        raise tool_error(e) from None
+
+
+def chat_template(runner, plan: tools.ToolPlan | None):
+    """Messages -> prompt text. A template that renders tools gets the plan's tools and the history as
+    it is; one that knows none gets the tools in the system prompt, and earlier calls and results
+    as text (with or without tools in this request)."""
+    source = runner.chat.template.source if runner.chat.template is not None else None
+    if plan is None and tools.for_template(source).tools_in_template:
+        return runner.apply_chat_template
+    if plan is None:
+        return lambda messages: runner.apply_chat_template(tools.generic_messages(messages, None))
+    return lambda messages: runner.apply_chat_template(plan.messages(messages), plan.template_tools())
+
+
+async def _grammar(build) -> Grammar | None:
+    """`build()` (a schema's conversion to GBNF takes a few ms: off the event loop); bad input is a 400."""
+    try:
+        return await asyncio.to_thread(build)
+    except tools.ToolError as e:
+        raise tool_error(e) from None
 
 
 def _model(runtime, requested: str | None, purpose: str) -> str:

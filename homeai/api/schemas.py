@@ -10,6 +10,9 @@ coerced; numbers are finite and within what the sampler takes. Every string (and
 body must be valid Unicode: JSON's `\ud800` escapes can spell a lone surrogate, which UTF-8
 cannot encode and the tokenizer cannot take (400 `invalid_text`, checked once per body by
 `RequestBody`; the voice socket checks its frames with `find_invalid_text`).
+
+`tools`, `tool_choice`, `parallel_tool_calls` and `response_format` are taken as sent and checked
+by `homeai.tools`, which names the field at fault (`tools.0.function.parameters`).
 """
 
 from __future__ import annotations
@@ -77,13 +80,36 @@ class TextPart(Body):
     text: str | None = None
 
 
+class FunctionCall(Body):
+    name: str
+    arguments: str | dict[str, Any] = "{}"  # JSON text, as OpenAI sends it (some clients send the object)
+
+
+class ToolCallIn(Body):
+    """An earlier call of the assistant's, as the client sends it back in the history."""
+
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant turn's calls
+    tool_call_id: str | None = None  # the call a tool result answers (some clients send none)
+    name: str | None = None
 
     def for_template(self) -> dict:
         role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": self._text()}
+        message = {"role": role, "content": self._text()}
+        if self.tool_calls:
+            message["tool_calls"] = [c.model_dump(exclude_none=True) for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            message["name"] = self.name
+        return message
 
     def _text(self) -> str:
         if self.content is None or isinstance(self.content, str):
@@ -136,6 +162,11 @@ class Sampling(RequestBody):
 
 class ChatCompletionRequest(Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
+    # Checked by homeai.tools, which names the field at fault (tools.0.function.parameters, ...).
+    tools: list[Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    response_format: dict[str, Any] | None = None
     max_completion_tokens: int | None = Field(None, ge=1)
     documents: bool = False  # homeai: answer from the household's indexed documents, citing them
     logprobs: bool = False
@@ -150,6 +181,7 @@ class ChatCompletionRequest(Sampling):
 
 class CompletionRequest(Sampling):
     prompt: str | list[int] | list[str]
+    response_format: dict[str, Any] | None = None
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
 

@@ -13,6 +13,7 @@ import uuid
 
 from homeai import __version__
 from homeai.engine.engine import FinishEvent, TokenEvent
+from homeai.tools import Reply, ToolPlan
 
 FINGERPRINT = f"homeai-{__version__}"
 FLOOR_LOGPROB = -9999.0  # what OpenAI sends for a probability that underflows
@@ -25,8 +26,11 @@ def usage(finish: FinishEvent) -> dict:
             "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}
 
 
-def finish_reason(finish: FinishEvent) -> str:
-    """OpenAI's "stop" or "length"; an answer cut short says "abort" (the server stopped) or "error"."""
+def finish_reason(finish: FinishEvent, reply: Reply | None = None) -> str:
+    """OpenAI's "stop", "length" or "tool_calls"; an answer cut short says "abort" (the server
+    stopped) or "error"."""
+    if reply is not None and reply.calls:
+        return "tool_calls"
     return finish.reason if finish.reason in ("length", "abort", "error") else "stop"
 
 
@@ -57,9 +61,43 @@ class _Shape:
     def usage_chunk(self, finish: FinishEvent) -> dict:
         return {**self._head(self.chunk_object), "choices": [], "usage": usage(finish)}
 
+    def text_chunks(self, text: str, events: list[TokenEvent]) -> list[dict]:
+        """The chunks a token's text makes (none when held back)."""
+        return [self.text_chunk(text, events)]
+
+    def end_chunks(self, finish: FinishEvent) -> list[dict]:
+        """The chunks once the answer is whole: text held back, then the one with the finish reason."""
+        return [*([self.text_chunk(finish.text, [])] if finish.text else []), self.last_chunk(finish)]
+
 
 class ChatShape(_Shape):
+    """With a tool plan, a reply's calls go out as `message.tool_calls` (or, streamed, as OpenAI's
+    deltas once the reply is whole), and text that may open a call is held back until decided."""
+
     prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
+
+    def __init__(self, model: str, piece, *, logprobs: bool, plan: ToolPlan | None = None):
+        super().__init__(model, piece, logprobs=logprobs)
+        self.calls = plan.stream() if plan is not None else None
+        self.plan = plan
+
+    def text_chunks(self, text: str, events: list[TokenEvent]) -> list[dict]:
+        if self.calls is None:
+            return [self.text_chunk(text, events)]
+        text = self.calls.feed(text)
+        return [self.text_chunk(text, events)] if text or (self.logprobs and events) else []
+
+    def end_chunks(self, finish: FinishEvent) -> list[dict]:
+        if self.calls is None:
+            return super().end_chunks(finish)
+        self.calls.feed(finish.text)
+        rest, reply = self.calls.finish()
+        chunks = [self.text_chunk(rest, [])] if rest else []
+        for index, call in enumerate(reply.calls):
+            head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+            chunks.append(self.chunk({"tool_calls": [head]}, []))
+            chunks.append(self.chunk({"tool_calls": [{"index": index, "function": {"arguments": call.arguments_json}}]}, []))
+        return [*chunks, self.chunk({}, [], finish_reason(finish, reply))]
 
     def first_chunk(self) -> dict:
         return self.chunk({"role": "assistant", "content": ""}, [])
@@ -76,9 +114,12 @@ class ChatShape(_Shape):
         return self.chunk({}, [], finish_reason(finish))
 
     def whole(self, text: str, events: list[TokenEvent], finish: FinishEvent) -> dict:
-        message = {"role": "assistant", "content": text, "refusal": None}
+        reply = self.plan.parse(text) if self.plan is not None else Reply(text)
+        message = {"role": "assistant", "content": reply.content, "refusal": None}
+        if reply.calls:
+            message["tool_calls"] = [call.as_openai() for call in reply.calls]
         choice = {"index": 0, "message": message, "logprobs": self._logprobs(events),
-                  "finish_reason": finish_reason(finish)}
+                  "finish_reason": finish_reason(finish, reply)}
         return {**self._head(self.object), "choices": [choice], "usage": usage(finish)}
 
     def _logprobs(self, events: list[TokenEvent]) -> dict | None:

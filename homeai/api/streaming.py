@@ -41,11 +41,11 @@ async def _events(stream: RequestStream, shape, include_usage: bool) -> AsyncIte
             yield sse(first)
         async for event in stream:
             if isinstance(event, TokenEvent) and (event.text or shape.logprobs):
-                yield sse(shape.text_chunk(event.text, [event]))
+                for chunk in shape.text_chunks(event.text, [event]):
+                    yield sse(chunk)
         finish = stream.finished
-        if finish.text:
-            yield sse(shape.text_chunk(finish.text, []))
-        yield sse(shape.last_chunk(finish))  # finish_reason "abort" or "error" when cut short
+        for chunk in shape.end_chunks(finish):  # the last with finish_reason "abort" or "error" when cut short
+            yield sse(chunk)
         if finish.reason in ("error", "abort"):
             yield sse(_failure(finish))
         elif include_usage:

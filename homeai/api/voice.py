@@ -3,9 +3,12 @@
 JSON text frames and binary audio frames (PCM16 little-endian mono); the README's "Voice"
 section is the protocol's reference. In short:
 
-    client: {"type": "session.start", "sample_rate": 16000, "language"?, "vad"?, "conversation_id"?, "token"?}
-            binary PCM16 frames, then {"type": "audio.end"}; {"type": "response.cancel"}
+    client: {"type": "session.start", "sample_rate": 16000, "language"?, "vad"?, "conversation_id"?, "token"?,
+             "tools"?}
+            binary PCM16 frames, then {"type": "audio.end"}; {"type": "response.cancel"};
+            {"type": "tool.result", "tool_call_id"?, "content"} for each call the answer made
     server: session.ready, transcript.final {text}, response.delta {text}...,
+            response.tool_calls {tool_calls [{id, name, arguments}]} (then the turn waits for the results),
             response.done {text, finish_reason, timings {stt_ms, ttft_ms, total_ms}}, error {code, message}
 
 One `VoiceSession` per socket reads messages and buffers the utterance; at most one `Turn`
@@ -29,18 +32,20 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
+from homeai import tools as tool_calling
 from homeai.api.auth import Caller, bearer, caller_of
 from homeai.api.errors import ApiError
 from homeai.api.limits import TooMany
 from homeai.api.revocation import Hold, Revocations, revoked_tokens
 from homeai.api.schemas import MAX_INT64, find_invalid_text
+from homeai.api.openai import chat_template
 from homeai.api.submit import submit
 from homeai.engine.engine import TokenEvent
 from homeai.sched.request import SamplingParams
@@ -63,6 +68,8 @@ AUTH_TIMEOUT_S = 10.0  # an unauthenticated socket must send session.start with 
 PRE_ROLL_S = 1.0  # with server VAD, the audio kept from before the speech starts
 CLOSE_UNAUTHORIZED, CLOSE_TOO_MANY, CLOSE_INTERNAL_ERROR = 4401, 4429, 1011
 LANGUAGE = re.compile(r"^[a-z]{2,3}$")
+MAX_TOOL_ROUNDS = 4  # calls and results in one turn before the answer must be in words
+TOOL_RESULT_TIMEOUT_S = 60.0  # a client that never answers a call ends its turn with an error
 
 
 class VoiceError(Exception):
@@ -92,6 +99,8 @@ class Settings:
     language: str | None  # None: detected
     vad: bool
     conversation_id: int | None
+    tools: list | None = None  # OpenAI-shaped tool definitions (checked by homeai.tools at session.start)
+    tool_choice: object = None
 
 
 def answer_params(policy: LanePolicy) -> SamplingParams:
@@ -206,9 +215,14 @@ class VoiceSession:
         elif kind == "response.cancel":
             self._started()
             await self.cancel_turn("cancelled")
+        elif kind == "tool.result":
+            self._started()
+            if not self._turn_running() or not self.turn.waiting_for:
+                raise VoiceError("no_tool_call", "no tool call is waiting for a result")
+            self.turn.tool_result(message)
         else:
             raise VoiceError("unknown_type", f"unknown message type {kind!r} "
-                             "(known: session.start, audio.end, response.cancel)")
+                             "(known: session.start, audio.end, response.cancel, tool.result)")
 
     async def _start(self, message: dict) -> None:
         self.told_not_started = False
@@ -221,6 +235,9 @@ class VoiceSession:
         stt = _speech(self.runtime)
         if self.runtime.engine is None:
             raise VoiceError("model_loading", "the model is still loading; retry shortly")
+        plan = _tool_plan(self.runtime.engine.runner, settings.tools, settings.tool_choice)
+        if plan is not None:  # bad tools are refused here, not at the first question
+            await asyncio.to_thread(_check_grammar, plan)
         self.member_id = await asyncio.to_thread(self._check_conversation, settings.conversation_id)
         await self.cancel_turn("cancelled")
         limit_s = min(self.runtime.cfg.speech.max_utterance_s, stt.cfg.max_utterance_s)
@@ -387,6 +404,8 @@ class Turn:
         self.ttft_ms: float | None = None
         self.stream = None
         self.closed = False  # the last event (response.done or error) is being sent
+        self.waiting_for: dict[str, str] = {}  # the calls sent to the client, awaiting results: id -> name
+        self.results: asyncio.Queue = asyncio.Queue()
 
     async def run(self) -> None:
         try:
@@ -423,26 +442,82 @@ class Turn:
         return transcript.text
 
     async def _answer(self, question: str) -> None:
+        """Answer, and while the answer is tool calls, send them and answer again with their results."""
         engine = self.session.runtime.engine
         if engine is None:
             raise VoiceError("model_loading", "the model is still loading; retry shortly")
         history = await asyncio.to_thread(self._history)
-        self.stream = await _submit(engine, question, history, self.member)
+        messages = voice_lane.build_messages(question, history)
+        for round_ in range(MAX_TOOL_ROUNDS):
+            # The session's choice holds for the first answer; after results the model may answer in
+            # words, and on the last round it must.
+            choice = self.settings.tool_choice if round_ == 0 else "none" if round_ == MAX_TOOL_ROUNDS - 1 else "auto"
+            plan = _tool_plan(engine.runner, self.settings.tools, choice)
+            self.stream = await _submit(engine, messages, self.member, plan)
+            reason, calls = await self._stream_answer(plan)
+            if not calls:
+                break
+            messages = [*messages, *await self._call_tools(calls)]
+        await self.finish(reason)
+
+    async def _stream_answer(self, plan) -> tuple[str, tuple]:
+        """Send the answer's words as they come (text that may open a call held back); its finish
+        reason and its calls, if it made any."""
+        calls = plan.stream() if plan is not None else None
         async for event in self.stream:
             if isinstance(event, TokenEvent) and self.ttft_ms is None:
                 self.ttft_ms = self._ms()
             if isinstance(event, TokenEvent) and event.text:
-                await self._delta(event.text)
+                await self._delta(calls.feed(event.text) if calls is not None else event.text)
         finish = self.stream.finished
-        if finish.text:
-            await self._delta(finish.text)
         if finish.reason == "error":
             raise VoiceError("generation_failed", f"generation failed: {finish.error}")
         if finish.reason == "abort":
             raise VoiceError("aborted", "the answer was aborted (the server is stopping)")
-        await self.finish(finish.reason)
+        if calls is None:
+            await self._delta(finish.text)
+            return finish.reason, ()
+        calls.feed(finish.text)
+        rest, reply = calls.finish()
+        await self._delta(rest)
+        return finish.reason, reply.calls
+
+    async def _call_tools(self, calls) -> list[dict]:
+        """Send the calls, wait for a `tool.result` of each; the messages the next answer follows."""
+        self.waiting_for = {c.id: c.name for c in calls}
+        await self.session.send({"type": "response.tool_calls", "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]})
+        results = {}
+        try:
+            while self.waiting_for:
+                call_id, content = await asyncio.wait_for(self.results.get(), TOOL_RESULT_TIMEOUT_S)
+                results[call_id] = content
+                self.waiting_for.pop(call_id, None)
+        except asyncio.TimeoutError:
+            raise VoiceError("tool_result_timeout", f"no tool.result within {TOOL_RESULT_TIMEOUT_S:g} s") from None
+        finally:
+            self.waiting_for = {}
+        assistant = {"role": "assistant", "content": "", "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+            for c in calls]}
+        return [assistant, *({"role": "tool", "tool_call_id": c.id, "name": c.name, "content": results[c.id]}
+                             for c in calls)]
+
+    def tool_result(self, message: dict) -> None:
+        """A `tool.result` from the client: `tool_call_id` (optional while one call waits) and `content`."""
+        call_id = message.get("tool_call_id")
+        if call_id is None and len(self.waiting_for) == 1:
+            call_id = next(iter(self.waiting_for))
+        if call_id not in self.waiting_for:
+            raise VoiceError("invalid_value", f"tool_call_id must name a call waiting for its result "
+                             f"({', '.join(self.waiting_for)}), got {call_id!r}")
+        content = message.get("content", "")
+        self.results.put_nowait((call_id, content if isinstance(content, str) else
+                                 json.dumps(content, ensure_ascii=False)))
 
     async def _delta(self, text: str) -> None:
+        if not text:
+            return
         self.parts.append(text)
         await self.session.send({"type": "response.delta", "text": text})
 
@@ -485,15 +560,34 @@ class Turn:
                               output_tokens=stats.output_tokens if stats else None)
 
 
-async def _submit(engine, question: str, history: list[dict], member: str):
+async def _submit(engine, messages: list[dict], member: str, plan):
     """Queue the answer through the API's one submit path; a refusal becomes a `VoiceError`."""
-    template = engine.runner.apply_chat_template
+    template = chat_template(engine.runner, plan)
+    params = answer_params(engine.policies[LANE])
+    if plan is not None:
+        params = replace(params, grammar=await asyncio.to_thread(plan.grammar))
     try:
-        return await submit(engine, lambda: voice_lane.build_prompt(question, history, template=template),
-                            lane=LANE, member=member, params=answer_params(engine.policies[LANE]),
-                            prompt_param="messages")
+        return await submit(engine, lambda: template(messages),
+                            lane=LANE, member=member, params=params, prompt_param="messages")
     except ApiError as error:
         raise VoiceError(error.code, error.message) from None
+
+
+def _tool_plan(runner, tools: list | None, tool_choice):
+    """The session's tools in the model's call format (None without tools, or with choice "none")."""
+    try:
+        return tool_calling.plan(tools, tool_choice,
+                                 template_source=runner.chat.template.source if runner.chat.template else None)
+    except tool_calling.ToolError as e:
+        raise VoiceError("invalid_tools", str(e)) from None
+
+
+def _check_grammar(plan) -> None:
+    """A tool schema beyond the grammar converter is refused at session.start too."""
+    try:
+        plan.grammar()
+    except tool_calling.ToolError as e:
+        raise VoiceError("invalid_tools", str(e)) from None
 
 
 def _parse(text: str) -> dict:
@@ -524,11 +618,14 @@ def _settings(message: dict) -> Settings:
     vad = message.get("vad", False)
     if not isinstance(vad, bool):
         raise VoiceError("invalid_value", f"vad must be true or false, got {vad!r}")
+    tools = message.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        raise VoiceError("invalid_tools", "tools must be a list of OpenAI tool definitions")
     conversation_id = message.get("conversation_id")
     if conversation_id is not None and (not isinstance(conversation_id, int) or isinstance(conversation_id, bool)
                                         or not 1 <= conversation_id <= MAX_INT64):  # a database id, as the routes take
         raise VoiceError("invalid_value", f"conversation_id must be an integer 1..{MAX_INT64}, got {conversation_id!r}")
-    return Settings(rate, language, vad, conversation_id)
+    return Settings(rate, language, vad, conversation_id, tools or None, message.get("tool_choice"))
 
 
 def _end_of_speech_detector() -> EndOfSpeechDetector:

@@ -255,10 +255,22 @@ class Engine:
             raise InvalidRequest(f"max_tokens must be at least 1, got {params.max_tokens}", "max_tokens")
         if params.forced_tokens is not None and len(tokens) + len(params.forced_tokens) > max_seq_len:
             raise PromptTooLong(len(tokens) + len(params.forced_tokens), max_seq_len)
+        if params.grammar is not None:
+            self._check_grammar(params)
         room = max_seq_len - len(tokens)
         if params.max_tokens > room:  # a long answer ends with "length" at the context's edge
             params = SamplingParams(**{**params.__dict__, "max_tokens": room})
         return params
+
+    def _check_grammar(self, params: SamplingParams) -> None:
+        """A grammar llama.cpp cannot parse is refused here, not found mid-step; so is one beside teacher
+        forcing or ignored end tokens (a finished grammar allows nothing but the end token)."""
+        grammar = params.grammar
+        if params.forced_tokens is not None or params.ignore_eos:
+            raise InvalidRequest("a grammar cannot be combined with forced tokens or ignore_eos", grammar.param)
+        if not self.runner.grammar_ok(grammar):
+            raise InvalidRequest("llama.cpp could not parse the grammar made for this request",
+                                 grammar.param, "invalid_grammar")
 
     def abort(self, request_id: str) -> None:
         with self.lock:

@@ -9,7 +9,12 @@ contexts, its sequence ids the context's own. The runner turns each `StepPlan` i
 logits only on the rows that will be sampled. Tokens are sampled only once every context
 has decoded, so a step that finds no KV slot in one context is undone in the others and
 keeps nothing. Each request samples with its own llama.cpp sampler chain, kept across
-preemption so a resumed request continues its random stream.
+preemption so a resumed request continues its random stream. A request held to a grammar from
+its first token has llama.cpp's grammar sampler beside its chain: the chain's pick is checked
+against the grammar, and only a pick the grammar refuses pays for masking the whole vocabulary
+(llama.cpp's common sampler does the same; masking first costs every token a pass over the
+vocabulary). A lazy grammar goes first in the chain: until its trigger it costs nothing there,
+and after it the call it holds is short.
 
 The batch arrays are numpy buffers the `llama_batch` points into, so filling a step is a
 few slice assignments, not a Python loop over tokens.
@@ -27,17 +32,22 @@ from pathlib import Path
 
 import llama_cpp as ll
 import numpy as np
+from llama_cpp.llama_grammar import SchemaConverter
 
 from homeai.config import ModelConfig
 from homeai.engine import gpu, template
 from homeai.threads import default_threads
-from homeai.sched.request import Sample, SamplingParams
+from homeai.sched.request import Grammar, Sample, SamplingParams
 from homeai.sched.pools import GENERATE, Copy, Pool
 from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
 
 
 class RunnerError(RuntimeError):
     """llama.cpp failed in a way the scheduler cannot work around (not a full KV cache)."""
+
+
+class GrammarError(ValueError):
+    """A JSON schema llama-cpp-python's converter cannot turn into a grammar: the request's fault."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,34 @@ class _Batch:
         return last
 
 
+class _Candidates:
+    """llama.cpp's candidate arrays over numpy buffers: the whole vocabulary, refilled from a row's
+    logits for each sampling with a grammar, and a single token, to ask a grammar about it."""
+
+    DTYPE = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
+
+    def __init__(self, n_vocab: int):
+        self.ids = np.arange(n_vocab, dtype=np.int32)
+        self.data = np.zeros(n_vocab, dtype=self.DTYPE)
+        self.one = np.zeros(1, dtype=self.DTYPE)
+        self.c = ll.llama_token_data_array(self.data.ctypes.data_as(ll.llama_token_data_p), n_vocab, -1, False)
+        self.one_c = ll.llama_token_data_array(self.one.ctypes.data_as(ll.llama_token_data_p), 1, -1, False)
+
+    def fill(self, logits: np.ndarray):
+        self.data["id"] = self.ids  # samplers sort and cut the array in place: every field anew
+        self.data["logit"] = logits
+        self.data["p"] = 0.0
+        self.c.data = self.data.ctypes.data_as(ll.llama_token_data_p)
+        self.c.size, self.c.selected, self.c.sorted = len(self.data), -1, False
+        return self.c
+
+    def allows(self, grammar, token: int) -> bool:
+        self.one[0] = (token, 1.0, 0.0)
+        self.one_c.size, self.one_c.selected, self.one_c.sorted = 1, -1, False
+        ll.llama_sampler_apply(grammar, ctypes.byref(self.one_c))
+        return bool(np.isfinite(self.one["logit"][0]))
+
+
 def _load_model(path: Path, cfg: ModelConfig):
     params = ll.llama_model_default_params()
     params.n_gpu_layers = gpu.offloaded_layers(cfg, bool(ll.llama_supports_gpu_offload()))
@@ -224,6 +262,8 @@ class Runner:
         self.batch = _Batch(cfg.n_batch)
         self.embed_batch = _Batch(cfg.embed_n_ctx)
         self.samplers: dict[str, object] = {}
+        self.grammars: dict[str, object] = {}  # the grammar samplers of requests that have one
+        self.candidates = _Candidates(self.n_vocab)
         self._pooled: dict[str, np.ndarray] = {}  # embedding inputs in flight: their chunks' summed vectors
         self._pieces: dict[int, bytes] = {}
         self.info = self._info(model_path, embedding_path)
@@ -354,9 +394,12 @@ class Runner:
     def _sample(self, ctx, item: ScheduledItem, row: int) -> Sample:
         params = item.params or SamplingParams()
         sampler = self._sampler(item.request_id, params)
+        grammar = self.grammars.get(item.request_id)
         if item.forced is not None:
             token = item.forced
             ll.llama_sampler_accept(sampler, token)
+        elif grammar is not None:
+            token = self._sample_in_grammar(ctx, row, sampler, grammar)
         else:
             token = ll.llama_sampler_sample(sampler, ctx, row)
         logits = None
@@ -374,13 +417,46 @@ class Runner:
     def _sampler(self, request_id: str, params: SamplingParams):
         sampler = self.samplers.get(request_id)
         if sampler is None:
-            sampler = self.samplers[request_id] = build_sampler(params, self.n_vocab)
+            grammar = None
+            if params.grammar is not None:
+                grammar = grammar_sampler(self.vocab, params.grammar)
+                if not grammar:  # submit checked it (grammar_ok): this is a bug, not the request's fault
+                    raise RunnerError("llama.cpp could not parse a grammar it parsed at submit")
+                if not params.grammar.lazy:
+                    self.grammars[request_id], grammar = grammar, None
+            sampler = self.samplers[request_id] = build_sampler(params, self.n_vocab, grammar)
         return sampler
 
+    def _sample_in_grammar(self, ctx, row: int, chain, grammar) -> int:
+        """The chain's pick if the grammar allows it, else the chain's pick among what the grammar
+        allows; both samplers then accept it."""
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, row), shape=(self.n_vocab,))
+        cur = self.candidates.fill(logits)
+        ll.llama_sampler_apply(chain, ctypes.byref(cur))
+        token = cur.data[cur.selected].id
+        if not self.candidates.allows(grammar, token):
+            cur = self.candidates.fill(logits)
+            ll.llama_sampler_apply(grammar, ctypes.byref(cur))
+            ll.llama_sampler_apply(chain, ctypes.byref(cur))
+            token = cur.data[cur.selected].id
+        ll.llama_sampler_accept(grammar, token)
+        ll.llama_sampler_accept(chain, token)
+        return token
+
+    def grammar_ok(self, grammar: Grammar) -> bool:
+        """Whether llama.cpp parses `grammar`: checked when a request is submitted, since a grammar
+        that fails in the middle of a step would fail the step's other requests too."""
+        sampler = grammar_sampler(self.vocab, grammar)
+        if not sampler:
+            return False
+        ll.llama_sampler_free(sampler)
+        return True
+
     def _free_sampler(self, request_id: str) -> None:
-        sampler = self.samplers.pop(request_id, None)
-        if sampler is not None:
-            ll.llama_sampler_free(sampler)
+        for samplers in (self.samplers, self.grammars):
+            sampler = samplers.pop(request_id, None)
+            if sampler is not None:
+                ll.llama_sampler_free(sampler)
 
     def _embed(self, items: list[ScheduledItem], result: StepResult) -> None:
         """Mean-pool each input's chunk; an input spread over several steps keeps its cells in the
@@ -426,9 +502,13 @@ class Runner:
         ll.llama_model_free(self.model)
 
 
-def build_sampler(params: SamplingParams, n_vocab: int):
-    """One request's sampler chain: penalties, then greedy or top-k/top-p/min-p/temperature/dist."""
+def build_sampler(params: SamplingParams, n_vocab: int, grammar=None):
+    """One request's sampler chain: `grammar` (a lazy grammar's sampler, which the chain then owns),
+    penalties, then greedy or top-k/top-p/min-p/temperature/dist. A grammar active from the first
+    token is not in the chain but beside it (`Runner._sample_in_grammar`)."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+    if grammar is not None:
+        ll.llama_sampler_chain_add(chain, grammar)
     if params.repeat_penalty != 1.0:
         ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(n_vocab, 64, params.repeat_penalty, 0.0, 0.0))
     if params.temperature <= 0:
@@ -444,6 +524,34 @@ def build_sampler(params: SamplingParams, n_vocab: int):
     seed = params.seed if params.seed is not None else random.getrandbits(32)
     ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
     return chain
+
+
+def grammar_sampler(vocab, grammar: Grammar):
+    """llama.cpp's grammar sampler for `grammar` (lazy when it has triggers); NULL (falsy) when
+    llama.cpp cannot parse it (it logs why). Trigger patterns are homeai's own regexes, never a
+    client's: an invalid one would throw inside llama.cpp."""
+    text, root = grammar.text.encode("utf-8"), grammar.root.encode("utf-8")
+    if not grammar.lazy:
+        return ll.llama_sampler_init_grammar(vocab, text, root)
+    patterns = (ctypes.c_char_p * len(grammar.trigger_patterns))(*[p.encode("utf-8") for p in grammar.trigger_patterns])
+    tokens = (ll.llama_token * len(grammar.trigger_tokens))(*grammar.trigger_tokens)
+    return ll.llama_sampler_init_grammar_lazy_patterns(vocab, text, root, patterns, len(grammar.trigger_patterns),
+                                                       tokens, len(grammar.trigger_tokens))
+
+
+def json_schema_grammar(schema: dict, rule: str = "root") -> str:
+    """GBNF rules for JSON that matches `schema`, its top rule named `rule`, by llama-cpp-python's
+    converter (pure Python, but importing it loads llama.cpp, hence here). Local `$ref`s resolve;
+    remote ones are refused. Keywords the converter does not know are either refused (`not`) or
+    ignored (`format`): the caller validates the output against the schema as well."""
+    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    try:
+        top = converter.visit(converter.resolve_refs(copy.deepcopy(schema), "request"),
+                              "" if rule == "root" else rule)
+    except Exception as e:  # the converter asserts on what it cannot handle
+        raise GrammarError(f"this JSON schema cannot be turned into a grammar: {e}") from None
+    text = converter.format_grammar()
+    return text if top == rule else f"{text}\n{rule} ::= {top}\n"
 
 
 def log_probs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tuple[int, float], ...]]:
@@ -472,7 +580,6 @@ def raw_batched_decode(runner: Runner, prompts: list[list[int]], num_steps: int)
         for seq, row in zip(group, rows):
             tokens[seq] = ll.llama_sampler_sample(samplers[seq], runner.ctx, row)
     positions = [len(p) for p in prompts]
-    tokens = [ll.llama_sampler_sample(s, runner.ctx, r) for s, r in zip(samplers, rows)]
     prefill_s = time.perf_counter() - start
     for _ in range(num_steps - 1):
         rows = runner.batch.fill([(seq, positions[seq], [tokens[seq]], True) for seq in range(n)])

@@ -24,6 +24,23 @@ class Kind(enum.Enum):
 
 
 @dataclass(frozen=True)
+class Grammar:
+    """A GBNF grammar the sampler holds the output to (llama.cpp's grammar sampler). A lazy grammar
+    (trigger patterns or tokens) lets the output run free until a trigger appears, so a reply that
+    may be text or a tool call pays for the grammar only once it is a call."""
+
+    text: str  # GBNF rules
+    root: str = "root"
+    trigger_patterns: tuple[str, ...] = ()  # regexes over the whole output so far; the first group starts the grammar
+    trigger_tokens: tuple[int, ...] = ()
+    param: str = "response_format"  # the request field it comes from, named in a refusal
+
+    @property
+    def lazy(self) -> bool:
+        return bool(self.trigger_patterns or self.trigger_tokens)
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 0.8  # 0: greedy
     top_p: float = 0.95
@@ -37,6 +54,7 @@ class SamplingParams:
     forced_tokens: tuple[int, ...] | None = None  # teacher forcing: output these tokens, for evaluation
     record_logits: bool = False  # keep each sampled row's logits (evaluation and tests)
     ignore_eos: bool = False  # keep going past end-of-generation tokens (benchmarks)
+    grammar: Grammar | None = None  # hold the output to a grammar (tool calls, structured output)
 
 
 @dataclass(frozen=True)

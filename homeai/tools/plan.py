@@ -1,0 +1,120 @@
+"""One request's tool calling, from prompt to parsed reply: what the template sees, the grammar the
+sampler holds the reply to, and the calls found in the reply (each checked against its tool's schema).
+
+A reply that holds no valid call is returned as text, never as an error: under `auto` the model
+may answer in words, and a reply cut short (`length`) may hold half a call.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from homeai.sched.request import Grammar
+from homeai.tools.formats import CallFormat
+from homeai.tools.spec import ToolSet, dumps
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: dict
+    id: str = field(default_factory=lambda: f"call_{uuid.uuid4().hex[:24]}")
+
+    @property
+    def arguments_json(self) -> str:
+        return dumps(self.arguments)
+
+    def as_openai(self) -> dict:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_json}}
+
+
+@dataclass(frozen=True)
+class Reply:
+    content: str | None  # None: the reply was only calls
+    calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    tools: ToolSet
+    format: CallFormat
+
+    def grammar(self) -> Grammar:
+        """Raises ToolError for a tool's schema the grammar converter cannot handle."""
+        return self.format.grammar(self.tools)
+
+    def template_tools(self) -> list[dict] | None:
+        """The `tools` for the chat template: none for a template that knows no tools (the system
+        prompt describes them instead)."""
+        return [t.as_openai() for t in self.tools.offered()] if self.format.tools_in_template else None
+
+    def messages(self, messages: list[dict]) -> list[dict]:
+        """The conversation for the template. A template that knows no tools gets them in the system
+        prompt, earlier calls as the JSON the model writes, and tool results as user turns."""
+        return self.format.messages(messages, self.tools)
+
+    def parse(self, text: str) -> Reply:
+        found = self.format.find_calls(text)
+        calls = self._valid(found[1]) if found else None
+        if not calls:
+            return Reply(text)
+        return Reply(found[0] or None, tuple(calls))
+
+    def _valid(self, raw: list) -> list[ToolCall] | None:
+        """The calls, if every one names an offered tool with arguments that fit its schema."""
+        if not raw or (len(raw) > 1 and not self.tools.parallel):
+            return None
+        calls = []
+        for name, arguments in raw:
+            tool = self.tools.find(name)
+            if tool is None or tool.check_arguments(arguments) is not None:
+                return None
+            calls.append(ToolCall(name, arguments))
+        return calls
+
+    def stream(self) -> "CallStream":
+        return CallStream(self)
+
+
+class CallStream:
+    """Streams a reply's text while holding back what may be the start of a call; at the end, the
+    reply parsed. Text before a call is sent as it comes; from a call's opening on nothing is sent
+    until the reply is whole (then its calls, or, if they do not parse, the held text)."""
+
+    def __init__(self, plan: ToolPlan):
+        self.plan = plan
+        self.text = ""
+        self.sent = 0  # characters of `text` sent as content
+        self.in_call = False
+
+    def feed(self, delta: str) -> str:
+        """The content that can be sent now."""
+        self.text += delta
+        if self.in_call:
+            return ""
+        unsent = self.text[self.sent:]
+        fmt = self.plan.format
+        base = self.sent if fmt.anywhere else 0
+        scan = unsent if fmt.anywhere else self.text
+        opens = fmt.opens_at(scan)
+        if opens is not None:
+            self.in_call = True
+            return self._send_to(base + opens)
+        may = fmt.may_open_at(scan)
+        if may is not None:
+            return self._send_to(base + may)
+        return self._send_to(len(self.text))
+
+    def _send_to(self, end: int) -> str:
+        end = max(end, self.sent)
+        out = self.text[self.sent:end]
+        self.sent = end
+        return out
+
+    def finish(self) -> tuple[str, Reply]:
+        """The content still to send and the whole reply."""
+        reply = self.plan.parse(self.text)
+        if reply.calls:
+            return "", reply
+        return self._send_to(len(self.text)), reply

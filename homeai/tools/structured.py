@@ -1,0 +1,61 @@
+"""Structured output: a reply held to JSON, or to a JSON schema, by a grammar.
+
+OpenAI's `response_format` (`text`, `json_object`, `json_schema` {name, schema, strict}) and
+Ollama's `format` (`"json"` or a schema) become the same `Grammar`. A schema that is not a valid
+JSON schema, or that the converter cannot turn into a grammar, is refused (ToolError, a 400)
+before anything is queued.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from homeai.sched.request import Grammar
+from homeai.tools.formats import gbnf
+from homeai.tools.spec import ToolError, check_schema
+
+ANY_OBJECT = {"type": "object"}
+
+
+def schema_grammar(schema: dict, param: str) -> Grammar:
+    check_schema(schema, param)
+    try:
+        return Grammar(gbnf(schema, "root"), param=param)
+    except ValueError as e:  # GrammarError: valid, but beyond the converter
+        raise ToolError(str(e), param) from None
+
+
+def response_format_grammar(response_format: Any) -> Grammar | None:
+    """The grammar for OpenAI's `response_format` (None: free text)."""
+    if response_format is None:
+        return None
+    if not isinstance(response_format, dict):
+        raise ToolError("must be an object with a type", "response_format")
+    kind = response_format.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return schema_grammar(ANY_OBJECT, "response_format")
+    if kind != "json_schema":
+        raise ToolError(f"type must be text, json_object or json_schema, got {kind!r}", "response_format.type")
+    spec = response_format.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ToolError("json_schema needs {name, schema}", "response_format.json_schema")
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        raise ToolError("needs a name", "response_format.json_schema.name")
+    if "strict" in spec and not isinstance(spec["strict"], (bool, type(None))):
+        raise ToolError("must be true or false", "response_format.json_schema.strict")
+    schema = spec.get("schema")
+    return schema_grammar(ANY_OBJECT if schema in (None, {}) else schema, "response_format.json_schema.schema")
+
+
+def ollama_format_grammar(format: Any) -> Grammar | None:
+    """The grammar for Ollama's `format`: "json" or a JSON schema (None: free text)."""
+    if format in (None, ""):
+        return None
+    if format == "json":
+        return schema_grammar(ANY_OBJECT, "format")
+    if isinstance(format, dict):
+        return schema_grammar(format, "format")
+    raise ToolError('must be "json" or a JSON schema', "format")
