@@ -52,9 +52,11 @@ def store(cfg, server):
     engine.dispose()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def playwright():
-    """One Playwright per session (its sync API runs one event loop per thread)."""
+    """One Playwright for the browser tests. Its sync API keeps an event loop running in the main
+    thread while it lives, so it ends with this package: async tests after it (tests/wyoming)
+    could not start their own loop otherwise."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium, or set HOMEAI_CHROMIUM)")
     from playwright.sync_api import sync_playwright
@@ -69,7 +71,7 @@ def launch(playwright, *extra_args: str):
         "--no-sandbox", "--disable-gpu", "--disable-background-networking", *extra_args])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright):
     launched = launch(playwright)
     yield launched
