@@ -176,16 +176,18 @@ class KVPools:
         if pool in self.cache:
             self.cache[pool].work += num_tokens
 
-    def expire(self, max_work: float) -> None:
+    def expire(self, b_over_c: float) -> None:
         """Evict entries that have cost more than they could save. Every token a pool computes
         attends over every cell in use there, cached ones included (llama.cpp spans the cache up
         to its highest cell in use), at `c` ms per token per thousand cells; reading an entry's L
-        tokens again costs about `b` ms each. So keeping L cells while the pool computes W tokens
-        costs c·W·L/1000 and can save p·b·L, p the odds it is reused: past W = p·1000·b/c
-        (`max_work`), whatever L, an entry not reused has cost more than it is likely to save. An
-        idle box computes nothing, so its entries stay; a busy one keeps what is reused soon."""
+        tokens again costs about b·L + c·L²/2000 ms (each token `b`, and attention over the ones
+        before it). So keeping L cells while the pool computes W tokens costs c·W·L/1000 and can
+        save p times the reading, p the odds it is reused: past W = p·(1000·b/c + L/2), an entry
+        not reused has cost more than it is likely to save. An idle box computes nothing, so its
+        entries stay; a busy one keeps what is reused soon. (`b_over_c`: 1000·b/c.)"""
+        odds = self.settings.reuse_odds
         for pool, cache in self.cache.items():
-            for entry in cache.stale(max_work):
+            for entry in cache.stale(lambda e: odds * (b_over_c + len(e.tokens) / 2)):
                 self._evict(pool, entry)
 
     def drop_cached(self) -> None:
@@ -233,8 +235,8 @@ class KVPools:
             src = entry.seq_id if n_entry >= n_live else live.seq_id
             if n_entry >= n_live:
                 cache.touch(entry)
-            self._make_room(pool, request.num_tokens, need_seq=True, keep=src)
-            request.seq_id = kv.admit(request.num_tokens)  # counted whole: the shared cells are not split
+            self._make_room(pool, request.num_tokens - reused, need_seq=True, keep=src)
+            request.seq_id = kv.admit(request.num_tokens, borrow=(src, reused))  # shared cells counted once
             self._op(pool, Copy(src, request.seq_id, reused))
         request.num_computed_tokens = reused
         request.num_charged_prompt = max(request.num_charged_prompt, min(reused, request.num_prompt_tokens))

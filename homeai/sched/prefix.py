@@ -79,9 +79,9 @@ class PrefixCache:
     def touch(self, entry: Entry) -> None:
         entry.last_use, entry.work_at_use = next(self._clock), self.work
 
-    def stale(self, max_work: float) -> list[Entry]:
-        """Entries the pool has computed more than `max_work` tokens beside since their last use."""
-        return [e for e in self.entries.values() if self.work - e.work_at_use > max_work]
+    def stale(self, max_work) -> list[Entry]:
+        """Entries the pool has computed more than `max_work(entry)` tokens beside since their last use."""
+        return [e for e in self.entries.values() if self.work - e.work_at_use > max_work(e)]
 
     def remove(self, seq_id: int) -> Entry:
         self._heads.pop(seq_id)

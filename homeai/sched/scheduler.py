@@ -244,11 +244,11 @@ class Scheduler:
                                   cells=step.cells[to], new_decode=not step.num_decoding[to], prompt=step.prompt,
                                   way_back=self.share.way_back(step.overdue), lone=step.lone)
 
-    def _worth_keeping(self) -> float:
-        """Tokens a pool may compute beside a cached prefix before keeping it has cost more than
-        reading it again would (see `KVPools.expire`), by the cost model as it stands."""
+    def _tokens_per_kcell(self) -> float:
+        """1000·b/c: what keeping a cached prefix costs against reading it again (`KVPools.expire`),
+        by the cost model as it stands."""
         _, b, c, _ = self.cost.coefficients
-        return self.pools.settings.reuse_odds * 1000.0 * b / c if c > 0 else float("inf")
+        return 1000.0 * b / c if c > 0 else float("inf")
 
     def _call_tokens(self) -> float:
         """A decode call's fixed cost in tokens' worth: what background pays for a call of its own."""
@@ -301,7 +301,7 @@ class Scheduler:
             self.cost.observe(plan.shape, result.elapsed_ms, now)
             for pool in self.pools.generating:
                 self.pools.computed(pool, sum(len(i.tokens) for i in plan.batches[pool]))
-            self.pools.expire(self._worth_keeping())
+            self.pools.expire(self._tokens_per_kcell())
         outputs = [o for i in plan.generating if (o := self._advance(i, result, now))]
         return outputs + [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
 

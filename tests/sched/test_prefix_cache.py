@@ -282,7 +282,7 @@ def test_no_kv_slot_drops_every_cached_prefix():
 
 def test_an_entry_goes_once_keeping_it_has_cost_more_than_reading_it_again():
     """Keeping cells costs every token the pool computes (attention spans them); reading them
-    again costs each token once: past p·1000·b/c tokens of other work, an unused entry goes. Work in
+    again costs each token once: past p·(1000·b/c + L/2) tokens of other work, an unused entry goes. Work in
     the other pool, or no work at all, costs it nothing."""
     def cost(shape):  # 2 ms a token, 1 ms a token per thousand cells
         return 11.0 + 2.0 * shape.tokens + 1.0 * shape.token_kcells + shape.outputs
@@ -291,7 +291,7 @@ def test_an_entry_goes_once_keeping_it_has_cost_more_than_reading_it_again():
 
     def keep():
         _, b, c, _ = sched.cost.coefficients
-        return sched.pools.settings.reuse_odds * 1000 * b / c
+        return sched.pools.settings.reuse_odds * (1000 * b / c + len(SYSTEM + [1]) / 2)
 
     chat = request(SYSTEM + [1], max_tokens=2)
     sched.add_request(chat)
