@@ -90,7 +90,12 @@ class CallFormat:
     the text from there to the end of the output so far, which must be text the grammar accepts
     (llama.cpp aborts otherwise). So a trigger is the call's opener followed by only a prefix of
     what the grammar takes next; a token that runs past that in a way the grammar would refuse
-    leaves the grammar off, and the reply is checked as text (`find_calls` and the schemas)."""
+    leaves the grammar off, and the reply is checked as text (`find_calls` and the schemas).
+
+    llama.cpp *searches* the output for a trigger pattern, so the pattern is anchored at both ends
+    (`^...$`): unanchored, the opener's first character anywhere in a reply (`{` in "here is an
+    example: {}") started the grammar mid-text on text it refuses, and llama.cpp aborted the
+    whole process."""
 
     name = ""
     opener = ""  # the literal a call starts with
@@ -103,7 +108,7 @@ class CallFormat:
             return Grammar(root, param="tools")
         start = "[\\s\\S]*?" if self.anywhere else "[ \\t\\n]*"
         mandatory, rest = self._trigger_units(tools)
-        return Grammar(root, trigger_patterns=(f"{start}({mandatory}{_prefixes(rest)})",), param="tools")
+        return Grammar(root, trigger_patterns=(f"^{start}({mandatory}{_prefixes(rest)})$",), param="tools")
 
     def _trigger_units(self, tools: ToolSet) -> tuple[str, list[str]]:
         """The regex a trigger must match and the units it may go on with."""
