@@ -270,7 +270,7 @@ async def _lines(stream: RequestStream, reply: "Reply", started: int) -> AsyncIt
                 for line in reply.pieces(event.text):
                     yield _line(line)
         finish = stream.finished
-        for line in reply.end(finish.text):  # text held back, then the calls, whole, in one line
+        for line in reply.end(finish.text):  # text held back, then the calls not sent yet
             yield _line(line)
         if finish.reason == "error":
             yield _line({"error": f"generation failed: {finish.error}"})
@@ -285,29 +285,34 @@ async def _lines(stream: RequestStream, reply: "Reply", started: int) -> AsyncIt
 
 class Reply:
     """One answer's lines: pieces of text, then the last line with its counts and durations. With a
-    tool plan, text that may open a call is held back, and the calls go out whole in one line."""
+    tool plan, text that may open a call is held back, and each call goes out whole in a line of
+    its own as soon as it is written (as Ollama does)."""
 
     def __init__(self, model: str, endpoint: str, plan: ToolPlan | None = None):
         self.model = ollama_models.ollama_name(model)
         self.chat = endpoint == "chat"
         self.plan = plan
         self.calls = plan.stream() if plan is not None else None
+        self.num_sent = 0  # calls sent
 
     def pieces(self, text: str) -> list[dict]:
-        text = self.calls.feed(text) if self.calls is not None else text
-        return [self.piece(text)] if text else []
+        if self.calls is None:
+            return [self.piece(text)] if text else []
+        text = self.calls.feed(text)
+        return [*([self.piece(text)] if text else []), *self._call_lines(self.calls.new_calls())]
 
     def end(self, text: str) -> list[dict]:
-        """The lines before the last: text held back, and the calls."""
+        """The lines before the last: text held back, and the calls not sent yet."""
         if self.calls is None:
             return [self.piece(text)] if text else []
         self.calls.feed(text)
         rest, parsed = self.calls.finish()
-        lines = [self.piece(rest)] if rest else []
-        if parsed.calls:
-            lines.append({**self._head(), "message": {"role": "assistant", "content": "",
-                                                      "tool_calls": _ollama_calls(parsed.calls)}, "done": False})
-        return lines
+        return [*([self.piece(rest)] if rest else []), *self._call_lines(parsed.calls[self.num_sent:])]
+
+    def _call_lines(self, calls) -> list[dict]:
+        self.num_sent += len(calls)
+        return [{**self._head(), "message": {"role": "assistant", "content": "", "tool_calls": _ollama_calls([c])},
+                 "done": False} for c in calls]
 
     def _head(self) -> dict:
         return {"model": self.model, "created_at": _now()}

@@ -72,7 +72,8 @@ class _Shape:
 
 class ChatShape(_Shape):
     """With a tool plan, a reply's calls go out as `message.tool_calls` (or, streamed, as OpenAI's
-    deltas once the reply is whole), and text that may open a call is held back until decided."""
+    deltas, each call as soon as it is written whole), and text that may open a call is held back
+    until decided."""
 
     prefix, object, chunk_object = "chatcmpl", "chat.completion", "chat.completion.chunk"
 
@@ -80,12 +81,14 @@ class ChatShape(_Shape):
         super().__init__(model, piece, logprobs=logprobs)
         self.calls = plan.stream() if plan is not None else None
         self.plan = plan
+        self.num_sent = 0  # calls sent
 
     def text_chunks(self, text: str, events: list[TokenEvent]) -> list[dict]:
         if self.calls is None:
             return [self.text_chunk(text, events)]
         text = self.calls.feed(text)
-        return [self.text_chunk(text, events)] if text or (self.logprobs and events) else []
+        chunks = [self.text_chunk(text, events)] if text or (self.logprobs and events) else []
+        return [*chunks, *self._call_chunks(self.calls.new_calls())]
 
     def end_chunks(self, finish: FinishEvent) -> list[dict]:
         if self.calls is None:
@@ -93,11 +96,18 @@ class ChatShape(_Shape):
         self.calls.feed(finish.text)
         rest, reply = self.calls.finish()
         chunks = [self.text_chunk(rest, [])] if rest else []
-        for index, call in enumerate(reply.calls):
+        chunks += self._call_chunks(reply.calls[self.num_sent:])
+        return [*chunks, self.chunk({}, [], finish_reason(finish, reply))]
+
+    def _call_chunks(self, calls) -> list[dict]:
+        """Each call as OpenAI streams one: its id and name, then its arguments (whole)."""
+        chunks = []
+        for index, call in enumerate(calls, start=self.num_sent):
             head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
             chunks.append(self.chunk({"tool_calls": [head]}, []))
             chunks.append(self.chunk({"tool_calls": [{"index": index, "function": {"arguments": call.arguments_json}}]}, []))
-        return [*chunks, self.chunk({}, [], finish_reason(finish, reply))]
+        self.num_sent += len(calls)
+        return chunks
 
     def first_chunk(self) -> dict:
         return self.chunk({"role": "assistant", "content": ""}, [])

@@ -62,6 +62,19 @@ def _decode_at(text: str, start: int) -> tuple[object, int] | None:
 SP = " ?"  # the converter's `space ::= " "?`, as a regex unit
 
 
+def _objects_from(text: str, at: int, key: str) -> list[RawCall]:
+    """The call objects written whole from `at` on, separated by commas and whitespace."""
+    calls = []
+    while True:
+        while at < len(text) and text[at] in " \t\n\r,":
+            at += 1
+        decoded = _decode_at(text, at) if text[at:at + 1] == "{" else None
+        if decoded is None:
+            return calls
+        calls.append(_name_and(decoded[0], key))
+        at = decoded[1]
+
+
 def _escape(text: str) -> str:
     """A literal in the trigger's regex (ECMAScript, llama.cpp's std::regex: escape only what is special)."""
     return "".join("\\" + c if c in "\\^$.|?*+()[]{}" else c for c in text)
@@ -125,6 +138,11 @@ class CallFormat:
         """The text around the calls and the calls; None when the reply holds no well-formed call."""
         raise NotImplementedError
 
+    def whole_calls(self, text: str) -> list[RawCall]:
+        """The calls of a reply that opens a call, as far as they are written whole: a stream sends
+        each as soon as it is (as Ollama does), rather than when the reply ends."""
+        raise NotImplementedError
+
     def opens_at(self, text: str) -> int | None:
         """Where in `text` a call opens, the whitespace after a `{` allowed (None: nowhere)."""
         return next((i for i in self._starts(text) if _squash(text[i:], self.opener).startswith(self.opener)), None)
@@ -143,6 +161,9 @@ class CallFormat:
 def _squash(tail: str, opener: str) -> str:
     """JSON openers allow whitespace after their `{`: `{ "name"` opens as `{"name"` does."""
     return "{" + tail[1:].lstrip() if opener.startswith("{") else tail
+
+
+_GENERIC_LIST = re.compile(r'\{\s*"tool_calls"\s*:\s*\[')
 
 
 class Generic(CallFormat):
@@ -166,6 +187,11 @@ class Generic(CallFormat):
             return None
         calls = [_name_and(c, "arguments") for c in decoded[0]["tool_calls"]]
         return (text[:at] + text[decoded[1]:]).strip(), calls
+
+    def whole_calls(self, text: str) -> list[RawCall]:
+        at = self.opens_at(text)
+        bracket = _GENERIC_LIST.match(text, at) if at is not None else None
+        return _objects_from(text, bracket.end(), "arguments") if bracket else []
 
     def messages(self, messages: list[dict], tools: ToolSet) -> list[dict]:
         return generic_messages(messages, self.system_prompt(tools))
@@ -206,6 +232,15 @@ class Hermes(CallFormat):
             return None
         return re.sub(r"<tool_call>.*?(?:</tool_call>|$)", "", text, flags=re.DOTALL).strip(), calls
 
+    def whole_calls(self, text: str) -> list[RawCall]:
+        calls = []
+        for opening in re.finditer(re.escape(self.opener), text):
+            found = _objects_from(text, opening.end(), "arguments")[:1]
+            if not found:
+                break
+            calls += found
+        return calls
+
 
 class Llama3(CallFormat):
     name = "llama3"
@@ -225,6 +260,10 @@ class Llama3(CallFormat):
             return None
         key = "parameters" if "parameters" in decoded[0] else "arguments"
         return body[decoded[1]:].strip(), [_name_and(decoded[0], key)]
+
+    def whole_calls(self, text: str) -> list[RawCall]:
+        found = self.find_calls(text)
+        return found[1] if found else []
 
 
 class Mistral(CallFormat):
@@ -250,6 +289,11 @@ class Mistral(CallFormat):
         if not all(isinstance(c, dict) for c in items):
             return None
         return (text[:at] + rest[decoded[1]:]).strip(), [_name_and(c, "arguments") for c in items]
+
+    def whole_calls(self, text: str) -> list[RawCall]:
+        at = text.find(self.opener)
+        bracket = re.compile(r"\s*\[").match(text, at + len(self.opener)) if at >= 0 else None
+        return _objects_from(text, bracket.end(), "arguments") if bracket else []
 
 
 def _name_and(call: object, key: str) -> RawCall:

@@ -78,15 +78,17 @@ class ToolPlan:
 
 
 class CallStream:
-    """Streams a reply's text while holding back what may be the start of a call; at the end, the
-    reply parsed. Text before a call is sent as it comes; from a call's opening on nothing is sent
-    until the reply is whole (then its calls, or, if they do not parse, the held text)."""
+    """Streams a reply's text while holding back what may be the start of a call, and each call as
+    soon as it is written whole (as Ollama streams them); at the end, the reply parsed. Text before
+    a call is sent as it comes; from a call's opening on no text is sent until the reply is whole
+    (then, if no call came, the held text: a reply that only looked like a call)."""
 
     def __init__(self, plan: ToolPlan):
         self.plan = plan
         self.text = ""
         self.sent = 0  # characters of `text` sent as content
         self.in_call = False
+        self.calls: list[ToolCall] = []  # the calls sent so far
 
     def feed(self, delta: str) -> str:
         """The content that can be sent now."""
@@ -106,6 +108,21 @@ class CallStream:
             return self._send_to(base + may)
         return self._send_to(len(self.text))
 
+    def new_calls(self) -> list[ToolCall]:
+        """The calls written whole since the last time, each valid for its tool (they are then sent:
+        the reply is a call). A call that is not valid stops this; the end decides then."""
+        if not self.in_call:
+            return []
+        raw = self.plan.format.whole_calls(self.text)[:None if self.plan.tools.parallel else 1]
+        new = []
+        for name, arguments in raw[len(self.calls):]:
+            tool = self.plan.tools.find(name)
+            if tool is None or tool.check_arguments(arguments) is not None:
+                break
+            new.append(ToolCall(name, arguments))
+        self.calls += new
+        return new
+
     def _send_to(self, end: int) -> str:
         end = max(end, self.sent)
         out = self.text[self.sent:end]
@@ -113,7 +130,12 @@ class CallStream:
         return out
 
     def finish(self) -> tuple[str, Reply]:
-        """The content still to send and the whole reply."""
+        """The content still to send and the whole reply (its calls include those already sent:
+        `calls` says which). Once a call was sent, the reply is its calls: a last one cut short
+        (the length limit) or not valid is dropped, not sent as text."""
+        if self.calls:
+            self.new_calls()
+            return "", Reply(None, tuple(self.calls))
         reply = self.plan.parse(self.text)
         if reply.calls:
             return "", reply

@@ -287,8 +287,8 @@ def test_home_assistant_tools_call_then_a_result_without_an_id_then_an_answer(au
     lines = chat_lines(authed, {"model": served, "messages": LIGHT_ON, "tools": HA_TOOLS, **FORCED,
                                 "options": {"temperature": 0, "num_predict": 96}})
     with_calls = [line for line in lines if line.get("message", {}).get("tool_calls")]
-    assert len(with_calls) == 1, lines  # sent whole, in one line
-    calls = with_calls[0]["message"]["tool_calls"]
+    assert with_calls and all(len(line["message"]["tool_calls"]) == 1 for line in with_calls), lines  # a line each
+    calls = [call for line in with_calls for call in line["message"]["tool_calls"]]
     check_ha_calls(calls)
     assert lines[-1]["done"] is True and lines[-1]["done_reason"] == "stop"
     history = [*LIGHT_ON, {"role": "assistant", "content": "", "tool_calls": calls},

@@ -287,6 +287,53 @@ def test_each_format_parses_its_calls_and_streams_them_whole(fmt):
     assert "get_weather" not in sent + rest and [c.name for c in streamed.calls] == ["get_weather"]
 
 
+PARIS = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
+LAMP = '{"name": "turn_on", "arguments": {"name": "lamp", "domain": "light"}}'
+TWO_CALLS = {  # Llama 3 writes one call a reply
+    Hermes: f"Checking.\n<tool_call>\n{PARIS}\n</tool_call>\n<tool_call>\n{LAMP}\n</tool_call>",
+    Mistral: f"[TOOL_CALLS][{PARIS}, {LAMP}]",
+    Generic: f'{{"tool_calls": [{PARIS}, {LAMP}]}}',
+    Llama3: PARIS.replace("arguments", "parameters"),
+}
+
+
+@pytest.mark.parametrize("fmt", sorted(TWO_CALLS, key=lambda f: f.name), ids=lambda f: f.name)
+def test_each_call_is_sent_as_soon_as_it_is_written_whole(fmt):
+    text, stream = TWO_CALLS[fmt], plan_in(fmt).stream()
+    came = []  # (characters fed, call)
+    for end in range(1, len(text) + 1):
+        stream.feed(text[end - 1])
+        came += [(end, call) for call in stream.new_calls()]
+    rest, reply = stream.finish()
+    names = ["get_weather"] if fmt is Llama3 else ["get_weather", "turn_on"]
+    assert [c.name for _, c in came] == names and rest == ""
+    assert reply.calls == tuple(c for _, c in came)  # the end adds none, and keeps the ids sent
+    first_end = text.index("celsius") + len('celsius"}}')
+    assert came[0][0] == first_end  # the first call, the moment its object closes
+
+
+def test_a_call_cut_short_after_one_was_sent_is_dropped():
+    stream = plan_in(Generic).stream()
+    assert stream.feed(f'{{"tool_calls": [{PARIS}, {{"name": "turn_on", "argu') == ""
+    sent = stream.new_calls()
+    assert [c.name for c in sent] == ["get_weather"]
+    assert stream.finish() == ("", tool_calling.Reply(None, tuple(sent)))
+
+
+def test_without_parallel_calls_only_the_first_is_sent():
+    plan = tool_calling.ToolPlan(tool_calling.plan(TOOLS, None, False, template_source=None).tools, Generic())
+    stream = plan.stream()
+    stream.feed(TWO_CALLS[Generic])
+    assert [c.name for c in stream.new_calls()] == ["get_weather"] and stream.new_calls() == []
+
+
+def test_a_whole_call_that_breaks_its_schema_is_not_sent():
+    stream = plan_in(Generic).stream()
+    stream.feed(TWO_CALLS[Generic].replace('"celsius"', '"kelvin"'))
+    assert stream.new_calls() == []
+    assert stream.finish()[1].calls == ()  # and the reply is text, as a whole reply that breaks it is
+
+
 @pytest.mark.parametrize("fmt", sorted(NATIVE_REPLIES, key=lambda f: f.name), ids=lambda f: f.name)
 def test_a_call_that_breaks_its_schema_is_text(fmt):
     text = NATIVE_REPLIES[fmt].replace('"celsius"', '"kelvin"')
