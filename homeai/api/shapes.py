@@ -104,8 +104,8 @@ class ChatShape(_Shape):
         chunks = []
         for index, call in enumerate(calls, start=self.num_sent):
             head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
-            chunks.append(self.chunk({"tool_calls": [head]}, []))
-            chunks.append(self.chunk({"tool_calls": [{"index": index, "function": {"arguments": call.arguments_json}}]}, []))
+            arguments = {"index": index, "function": {"arguments": call.arguments_json}}
+            chunks += [self.chunk({"tool_calls": [head]}, []), self.chunk({"tool_calls": [arguments]}, [])]
         self.num_sent += len(calls)
         return chunks
 

@@ -210,7 +210,8 @@ class Engine:
             except RuntimeError:
                 loop = None
         request = Request(f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", lane, member, tokens,
-                          self.clock(), kind=kind, params=params)
+                          self.clock(), kind=kind, params=params,
+                          held=params.grammar is not None and not params.grammar.lazy)
         stream = RequestStream(request, self, loop)
         with self.lock:
             if not self._accepting:
@@ -419,6 +420,9 @@ class Engine:
             return
         if output.sample is not None:
             delta, stopped = stream.text.add(self.runner.piece(output.sample.token))
+            grammar = request.params.grammar
+            if not request.held and grammar is not None and grammar.triggered(stream.text.text, output.sample.token):
+                request.held = True  # a tool call opened: its client takes it whole (the scheduler's pacing)
             stream.push(TokenEvent(output.sample.token, delta, output.sample.logprob, output.sample.top_logprobs))
             if stopped and not output.finished:
                 self.scheduler.finish(request.request_id, "stop", self.clock())

@@ -36,6 +36,10 @@ class PaceTuning:
     shared_pace: float = 2.0
     # With no reader, of `max_step_ms`, what a step aims at: higher is more throughput, less margin.
     background_aim: float = 0.9
+    # While an interactive output is held (read whole: a tool call being written), a step aims at
+    # most this many times what its decodes alone take: prompts still read, in smaller chunks, and
+    # the held output comes near the machine's decode speed instead of at reading pace.
+    held_step: float = 1.5
     # With nothing decoding at all (a prompt read alone, say a long first turn on an idle box),
     # a step may aim this many times longer: fewer steps pay the step's fixed cost less often,
     # so the prompt is read faster; an arrival meanwhile waits up to one such step.
@@ -80,17 +84,21 @@ class Pacing:
             return self.tuning.step_aim * pace
         return self.tuning.background_aim * self.max_step_ms * (self.tuning.lone_step if lone else 1.0)
 
+    def held_aim(self, aim: float, cost: StepCostModel, decodes: StepShape) -> float:
+        """A step's aim while an interactive output is held: `held_step` times its decodes' cost."""
+        return min(aim, self.tuning.held_step * cost.predict_ms(decodes))
+
     def min_chunk_for(self, pace: float | None) -> int:
         """The smallest prefill chunk worth placing: any, while readers pay the step's fixed cost anyway."""
         return 1 if pace is not None else self.min_chunk
 
-    def budget(self, cost: StepCostModel, *, num_decoding: int, decodes: StepShape, pace: float | None,
-               cells: int, new_decode: bool, prompt: bool, way_back: int, lone: bool = False) -> int:
-        """Tokens a step may carry: its decodes and what the cost model fits in the aim over
+    def budget(self, cost: StepCostModel, *, num_decoding: int, decodes: StepShape, pace: float | None, aim: float,
+               cells: int, new_decode: bool, prompt: bool, way_back: int) -> int:
+        """Tokens a step may carry: its decodes and what the cost model fits in `aim` over
         `cells` (the cache a prompt would be read in), never less than a floor: a prompt that was
         let in is read by a token a step while decoding alone stays within the pace (admission left
         room for it); without readers a minimum chunk; and `way_back` whatever the model says."""
-        tokens = num_decoding + cost.tokens_within(self.aim(pace, lone), decodes, cells, new_decode=new_decode)
+        tokens = num_decoding + cost.tokens_within(aim, decodes, cells, new_decode=new_decode)
         if pace is not None:
             floor = num_decoding + (1 if prompt and cost.predict_ms(decodes) < pace else 0)
         else:

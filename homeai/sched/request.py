@@ -9,6 +9,7 @@ token after the last computed one is sampled when the two meet.
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 
@@ -38,6 +39,11 @@ class Grammar:
     @property
     def lazy(self) -> bool:
         return bool(self.trigger_patterns or self.trigger_tokens)
+
+    def triggered(self, text: str, token: int) -> bool:
+        """Whether the output so far (`text`, ending in `token`) starts the grammar, as llama.cpp
+        finds a trigger (a search; homeai's patterns are anchored, so they match all of it)."""
+        return token in self.trigger_tokens or any(re.search(p, text) for p in self.trigger_patterns)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,9 @@ class Request:
     itls: list[float] = field(default_factory=list)  # seconds between consecutive output tokens
     embedding: object = None  # an embed request's vector once done
     num_cached_tokens: int = 0  # prompt tokens its first admission found in the prompt cache
+    # Its output is held to a grammar (a tool call once it opens, structured output): its client
+    # takes it whole, not a token at a time, so it decodes as fast as steps allow, not at reading pace.
+    held: bool = False
     prompt_array: object = field(default=None, repr=False)  # the prompt as a numpy array, for prefix matching
 
     @property

@@ -180,7 +180,10 @@ class Scheduler:
         for r in decoding:
             plan.batches[self.pools.of(r)].append(item(r, 1))
         plan.context_cells = sum(r.num_computed_tokens for r in self.running)
-        plan.budget = self._budget(step, plan.cost_shape(step.cells), len(decoding))
+        decodes = plan.cost_shape(step.cells)
+        if step.held:
+            step = replace(step, aim=self.pacing.held_aim(step.aim, step.cost, decodes))
+        plan.budget = self._budget(step, decodes, len(decoding))
         for request in decoding:
             if request.status is Status.RUNNING:  # an earlier one may have preempted it (and dropped its item)
                 self._grow(request, request.num_computed_tokens + 1, plan)  # may preempt, itself included
@@ -210,15 +213,18 @@ class Scheduler:
     def _begin(self, now: float) -> tuple[Step, list[Request]]:
         """The step's facts, and the sequences decoding in it."""
         cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane in self.policies}
-        overdue = self.share.overdue([*self.running, *self.embedding], self.waiting, now)
+        decoding = sorted((r for r in self.running if r.is_decoding), key=lambda r: not r.interactive)
+        # An interactive output read whole (a tool call being written) is short, and its client
+        # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
+        held = any(r.held for r in decoding if r.interactive)
+        overdue = frozenset() if held else self.share.overdue([*self.running, *self.embedding], self.waiting, now)
         step = Step(now, self.cost, cutoffs, overdue, not self.running, Admissions())
         prompt = self.admission.prompt_can_go(step)
-        decoding = sorted((r for r in self.running if r.is_decoding), key=lambda r: not r.interactive)
         background = sum(1 for r in decoding if not r.interactive)
         deferred = 0
         # Interactive lanes with a cache of their own take whole steps while one of them reads a
-        # prompt: background decodes would cost a second decode call each step.
-        if self.pools.separate and prompt and self.share.decodes_wait(background, self._call_tokens()):
+        # prompt or writes a held output: background decodes would cost a second decode call each step.
+        if self.pools.separate and (prompt or held) and self.share.decodes_wait(background, self._call_tokens()):
             decoding, deferred = [r for r in decoding if r.interactive], background
         cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
         num_decoding = {pool: 0 for pool in GENERATE}
@@ -230,7 +236,8 @@ class Scheduler:
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
         lone = not self.pools.running or not any(r.is_decoding for r in self.running)
         step = replace(step, prompt=prompt, cells=cells, num_decoding=num_decoding, deferred=deferred, pace=pace,
-                       aim=self.pacing.aim(pace, lone), min_chunk=self.pacing.min_chunk_for(pace), lone=lone)
+                       aim=self.pacing.aim(pace, lone), min_chunk=self.pacing.min_chunk_for(pace), lone=lone,
+                       held=held)
         return step, decoding
 
     def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> int:
@@ -240,9 +247,9 @@ class Scheduler:
         if fixed is not None:
             return fixed
         to = self.pools.of_class(step.prompt)
-        return self.pacing.budget(step.cost, num_decoding=num_decoding, decodes=decodes, pace=step.pace,
+        return self.pacing.budget(step.cost, num_decoding=num_decoding, decodes=decodes, pace=step.pace, aim=step.aim,
                                   cells=step.cells[to], new_decode=not step.num_decoding[to], prompt=step.prompt,
-                                  way_back=self.share.way_back(step.overdue), lone=step.lone)
+                                  way_back=self.share.way_back(step.overdue))
 
     def _tokens_per_kcell(self) -> float:
         """1000·b/c: what keeping a cached prefix costs against reading it again (`KVPools.expire`),

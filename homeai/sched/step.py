@@ -39,6 +39,7 @@ class Step:
     pace: float | None = None  # the readers' inter-token pace (ms); None with no reader decoding
     aim: float = 0.0  # the step's time target (ms)
     lone: bool = False  # nothing decodes this step: prompts alone, in longer steps
+    held: bool = False  # an interactive output read whole decodes this step: a short aim
     min_chunk: int = 1  # the smallest prefill chunk worth placing
 
     def eligible(self, request) -> bool:

@@ -374,6 +374,28 @@ def test_an_unparsable_grammar_is_refused_at_submit(make_engine):
     assert refused.value.param == "format"
 
 
+def test_a_tool_grammar_is_triggered_where_llama_cpp_starts_it():
+    """The engine marks an output held (read whole: it decodes at the machine's speed, not reading
+    pace) from the token that starts its grammar, found as llama.cpp finds it."""
+    generic, hermes = plan_in(Generic).grammar(), plan_in(Hermes).grammar()
+    assert generic.triggered('{"tool', 7) and generic.triggered(" {", 7)
+    assert not generic.triggered("Here is an example: {", 7) and not generic.triggered("{}", 7)
+    assert hermes.triggered("Checking.\n<tool_call>", 7) and not hermes.triggered("Checking.", 7)
+    assert Grammar("root ::= x", trigger_tokens=(7,)).triggered("", 7)
+
+
+def test_an_output_held_to_a_grammar_from_its_start_is_held_from_its_start(make_engine):
+    from homeai.sched.request import SamplingParams
+
+    engine = make_engine()
+    held = engine.submit("Yes or no?", params=SamplingParams(max_tokens=4, grammar=Grammar('root ::= "yes" | "no"')))
+    free = engine.submit("Yes or no?", params=SamplingParams(max_tokens=4))
+    assert held.request.held and not free.request.held
+    for stream in (held, free):
+        list(stream)
+    assert held.finished.reason == "stop"
+
+
 def test_a_trigger_for_tool_names_with_dashes_parses_in_llama_cpp(runner):
     named = [{"type": "function", "function": {"name": "light-on_2", "parameters": LIGHT}}]
     for fmt in NATIVE_REPLIES:

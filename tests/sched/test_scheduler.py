@@ -550,6 +550,74 @@ def test_a_voice_question_is_let_in_beside_chats_at_their_pace():
     assert voice.status is Status.RUNNING and voice.num_computed_tokens > 0
 
 
+def _voice_beside_a_document(held: bool):
+    """A voice answer decoding while a long document is read; per step while it decodes, the
+    step's cost and the document's prompt tokens."""
+    sched = _taught(create_scheduler(num_cells=8192, num_seqs=8), _cpu)
+    runner = FakeRunner(cost=_cpu)
+    document = create_request(lane="summaries", num_prompt=6000, max_tokens=20)
+    voice = create_request(lane="voice", member="kitchen", num_prompt=20, max_tokens=60)
+    sched.add_request(document)
+    sched.add_request(voice)
+    now, steps = 1.0, []
+    while len(steps) < 20:
+        voice.held = held and bool(voice.output_tokens)
+        decoding = voice.is_decoding
+        plan, _ = step(sched, runner, now)
+        now += _cpu(plan.shape) / 1000.0
+        if decoding:
+            read = sum(len(i.tokens) for i in plan.items if i.request_id == document.request_id)
+            steps.append((_cpu(plan.shape), read))
+    return steps
+
+
+def test_a_held_output_decodes_near_decode_speed_and_prompts_still_read():
+    """A tool call being written is read whole, not at reading pace: while it decodes, steps aim
+    at `held_step` times what the decodes alone take, and the document is read in smaller chunks."""
+    paced, held = _voice_beside_a_document(False), _voice_beside_a_document(True)
+    lone_decode = _cpu(StepShape(1, 1, 0.0, 1))
+    assert min(ms for ms, _ in paced) > 2 * lone_decode  # at reading pace: prefill fills each step
+    assert max(ms for ms, _ in held) <= PaceTuning().held_step * lone_decode * 1.2
+    assert sum(ms for ms, _ in held) < 0.6 * sum(ms for ms, _ in paced)
+    assert all(read > 0 for _, read in held)  # the document is still read, a chunk every step
+
+
+def _held_beside_background(held: bool) -> dict[str, int]:
+    """Voice decoding with a cache of its own beside a summary decoding and overdue embeddings:
+    over 40 steps, the steps each got a token in."""
+    sched = _taught(create_scheduler(num_cells=8192, num_seqs=8, interactive_cells=2048), _cpu)
+    runner = FakeRunner(cost=_cpu)
+    summary = create_request(lane="summaries", num_prompt=50, max_tokens=400)
+    voice = create_request(lane="voice", member="kitchen", num_prompt=20, max_tokens=100)
+    sched.add_request(summary)
+    now = 1.0
+    while not summary.is_decoding or not voice.is_decoding:
+        if summary.is_decoding and voice.status is Status.WAITING and voice.request_id not in sched.requests:
+            voice.arrival_time = now
+            sched.add_request(voice)
+        step(sched, runner, now)
+        now += 0.05
+    for i in range(6):  # waiting since long before: overdue
+        sched.add_request(create_request(lane="embeddings", member=f"e{i}", num_prompt=40, kind=Kind.EMBED, arrival=0.0))
+    served = {"voice": 0, "summaries": 0, "embeddings": 0}
+    for _ in range(40):
+        voice.held = held
+        plan, _ = step(sched, runner, now)
+        now += _cpu(plan.shape) / 1000.0
+        for lane in served:
+            served[lane] += any(sched.requests.get(i.request_id, voice).lane == lane for i in plan.items)
+    return served
+
+
+def test_while_a_held_output_decodes_background_decodes_wait_and_nothing_is_overdue():
+    """With a cache of its own, a held output's steps are its own decode call: background decodes
+    (a second call) and overdue lanes wait, but for their minimum share."""
+    paced, held = _held_beside_background(False), _held_beside_background(True)
+    assert paced["voice"] == held["voice"] == 40
+    assert paced["summaries"] == 40 and held["summaries"] < 10
+    assert 0 < held["summaries"] + held["embeddings"] and held["embeddings"] < paced["embeddings"] / 2
+
+
 class _PoisonedCost(StepCostModel):
     """A fit a noisy neighbour poisoned that never learns again: every step a minute and more."""
 
