@@ -46,6 +46,7 @@ def test_quick_run_reports_every_figure(runner, stt, tmp_path):
             for key in ("transcript_to_first_ms", "stop_to_first_ms"):
                 assert set(figures[key]) == {"p50", "p95"}, (phase, group, key)
             assert figures["cached_share"] is not None and "p50" in figures["text_stop_to_first_ms"]
+            assert "p50" in figures["call_stop_to_first_ms"]
     assert all(s["transcript"] for s in report["samples"])
     assert report["background"]["seconds"] > 0
     overhead = report["overhead"]
