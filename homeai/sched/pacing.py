@@ -38,7 +38,9 @@ class PaceTuning:
     background_aim: float = 0.9
     # While an interactive output is held (read whole: a tool call being written), a step aims at
     # most this many times what its decodes alone take: prompts still read, in smaller chunks, and
-    # the held output comes near the machine's decode speed instead of at reading pace.
+    # the held output comes near the machine's decode speed instead of at reading pace. A step that
+    # gives an interactive request its first token carries background only up to this many times
+    # its own cost (every other step at most: background never waits two in a row).
     held_step: float = 1.5
     # With nothing decoding at all (a prompt read alone, say a long first turn on an idle box),
     # a step may aim this many times longer: fewer steps pay the step's fixed cost less often,

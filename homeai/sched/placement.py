@@ -30,10 +30,27 @@ Preempt = Callable[[Request, StepPlan], None]
 class Placement:
     def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
                  fair: FairShare, admission: Admission, share: BackgroundShare, grow: Grow, preempt: Preempt,
-                 embed_chunked: bool):
+                 embed_chunked: bool, first_step: float):
         self.policies, self.waiting, self.pools, self.fair = policies, waiting, pools, fair
         self.admission, self.share, self.grow, self.preempt = admission, share, grow, preempt
-        self.embed_chunked = embed_chunked
+        self.embed_chunked, self.first_step = embed_chunked, first_step
+
+    def gives_first_token(self, plan: StepPlan) -> bool:
+        """The plan samples an interactive request's first token."""
+        waiting_first = {r.request_id for r in self.pools.running if r.interactive and not r.output_tokens}
+        return any(i.sample and i.request_id in waiting_first for pool in GENERATE for i in plan.batches[pool])
+
+    def first_token_room(self, step: Step, plan: StepPlan, left: int) -> int:
+        """Background's room in a step that gives an interactive request its first token: a person
+        waits on that step (a spoken question, a chat's first word), so background rides only up
+        to `first_step` times what the step costs so far, whatever was owed or overdue; paid back
+        in the steps after (`step.first_token_waits` is never true two steps running)."""
+        if not step.first_token_waits or not self.gives_first_token(plan):
+            return left
+        shape = self.shape(step, plan)
+        room = step.cost.tokens_within(self.first_step * step.cost.predict_ms(shape), shape, step.cells[Pool.MAIN],
+                                       new_decode=not plan.batches[Pool.MAIN])
+        return min(left, room)
 
     def shape(self, step: Step, plan: StepPlan) -> StepShape:
         """The cost model's view of the plan so far (the embedding context's cells as they are now)."""
@@ -54,7 +71,8 @@ class Placement:
                                                          step.cells[Pool.INTERACTIVE],
                                                          new_decode=not plan.batches[Pool.INTERACTIVE]))
         used += self.fill(step, plan, interactive=True, budget=budget)
-        self.fill(step, plan, interactive=False, budget=self._room(step, plan, left - used))
+        room = self._room(step, plan, left - used)
+        self.fill(step, plan, interactive=False, budget=self.first_token_room(step, plan, room))
 
     def _room(self, step: Step, plan: StepPlan, left: int) -> int:
         """Background's part of what is left of the step, costed in its own cache: its tokens cost

@@ -96,7 +96,8 @@ class Scheduler:
         self.admission = Admission(policies, self.waiting, self.pools, self.pacing, self.share, policy,
                                    limits.embed_chunked)
         self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
-                                   self._grow, self._preempt, limits.embed_chunked)
+                                   self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
+        self._first_token_waited = False  # the last step held background back for a first token
         self.requests: dict[str, Request] = {}
         self._done: list[str] = []  # finished since the last plan: their sampler state may go
         self._steps = itertools.count()
@@ -197,13 +198,15 @@ class Scheduler:
             self.placement.fill_apart(step, plan, left, reserve)
         else:
             used = self.placement.fill(step, plan, interactive=True, budget=left - reserve)
-            used += self.placement.fill(step, plan, interactive=False, budget=max(left - used, reserve))
+            room = self.placement.first_token_room(step, plan, left - used)
+            used += self.placement.fill(step, plan, interactive=False, budget=max(room, reserve))
             if reserve and used < left:  # background left part of its reserve: interactive work takes it
                 self.placement.fill(step, plan, interactive=True, budget=left - used)
         interactive = {r.request_id for r in self.running if r.interactive}
         self.share.settle(plan, interactive, backlogged=usable is not None or step.deferred > 0,
                           call_tokens=self._call_tokens())
         plan.shape = self.placement.shape(step, plan)
+        self._first_token_waited = step.first_token_waits and self.placement.gives_first_token(plan)
         return self._close(plan)
 
     def _close(self, plan: StepPlan) -> StepPlan:
@@ -237,7 +240,7 @@ class Scheduler:
         lone = not self.pools.running or not any(r.is_decoding for r in self.running)
         step = replace(step, prompt=prompt, cells=cells, num_decoding=num_decoding, deferred=deferred, pace=pace,
                        aim=self.pacing.aim(pace, lone), min_chunk=self.pacing.min_chunk_for(pace), lone=lone,
-                       held=held)
+                       held=held, first_token_waits=prompt and not self._first_token_waited)
         return step, decoding
 
     def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> int:

@@ -40,6 +40,7 @@ class Step:
     aim: float = 0.0  # the step's time target (ms)
     lone: bool = False  # nothing decodes this step: prompts alone, in longer steps
     held: bool = False  # an interactive output read whole decodes this step: a short aim
+    first_token_waits: bool = False  # background may wait for an interactive first token this step
     min_chunk: int = 1  # the smallest prefill chunk worth placing
 
     def eligible(self, request) -> bool:

@@ -618,6 +618,35 @@ def test_while_a_held_output_decodes_background_decodes_wait_and_nothing_is_over
     assert 0 < held["summaries"] + held["embeddings"] and held["embeddings"] < paced["embeddings"] / 2
 
 
+@pytest.mark.parametrize("interactive_cells", [0, 2048])
+def test_the_step_giving_a_first_token_carries_little_background(interactive_cells):
+    """A spoken question beside documents being read: the step that samples its first token
+    carries background only up to `held_step` times its own cost (the documents' overdue share
+    waits a step), and the step after it does not wait again."""
+    sched = _taught(create_scheduler(num_cells=8192, num_seqs=8, interactive_cells=interactive_cells), _cpu)
+    runner = FakeRunner(cost=_cpu)
+    for i in range(3):
+        sched.add_request(create_request(lane="summaries", member=f"d{i}", num_prompt=2000, max_tokens=20))
+    now = 1.0
+    for _ in range(5):
+        plan, _ = step(sched, runner, now)
+        now += 60.0  # the documents wait long: overdue from here on
+    voice = create_request(lane="voice", member="kitchen", num_prompt=12, max_tokens=8, arrival=now)
+    sched.add_request(voice)
+    plans = []
+    while not voice.output_tokens:
+        plan, _ = step(sched, runner, now)
+        now += _cpu(plan.shape) / 1000.0
+        plans.append(plan)
+    first = plans[-1]
+    attended = 12 if interactive_cells else first.context_cells  # one cache: the question attends over the documents
+    alone = _cpu(StepShape(1, 12, 12 * attended / 1000.0, 1))
+    assert _cpu(first.shape) <= PaceTuning().held_step * alone * 1.05
+    after, _ = step(sched, runner, now)  # the documents' turn: their overdue share goes
+    background = sum(len(i.tokens) for i in after.items if i.request_id != voice.request_id)
+    assert background >= sched.share.share_tokens()
+
+
 class _PoisonedCost(StepCostModel):
     """A fit a noisy neighbour poisoned that never learns again: every step a minute and more."""
 
