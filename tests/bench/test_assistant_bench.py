@@ -55,3 +55,23 @@ def test_quick_run_reports_every_figure(runner, stt, tmp_path):
     assert len(report["findings"]) == 3
     markdown = (tmp_path / "assistant.md").read_text()
     assert "audio-stop -> first line" in markdown and "/api/chat" in markdown
+
+
+def _report_with(idle: dict, saturated: dict) -> dict:
+    def later(p50, calls, text, call):
+        return {"later": {"stop_to_first_ms": {"p50": p50}, "tool_calls": calls,
+                          "text_stop_to_first_ms": {"p50": text}, "call_stop_to_first_ms": {"p50": call}}}
+    overhead = {"median_difference_ms": 0.1, "mean_difference_ci95_ms": 0.5}
+    return {"speech": "espeak-ng", "overhead": overhead,
+            "phases": {"idle": later(**idle), "saturated": later(**saturated)}}
+
+
+def test_phases_that_drew_different_mixes_are_compared_kind_by_kind():
+    """Words or a call is the model's sampled choice: an idle phase of calls against a saturated
+    one of words compares text with text and calls with calls, not one mix with another."""
+    mixed = assistant_bench.findings(_report_with(dict(p50=1400, calls=4, text=800, call=1400),
+                                                  dict(p50=1100, calls=0, text=1900, call=None)))[1]
+    assert "0.79x idle; text answers 2.38x" in mixed and "missed, compared kind by kind" in mixed
+    same = assistant_bench.findings(_report_with(dict(p50=800, calls=2, text=800, call=1400),
+                                                 dict(p50=1500, calls=2, text=1200, call=3100)))[1]
+    assert "1.88x idle; text answers 1.5x, tool calls 2.21x (target <= 2x: met)" in same
