@@ -155,6 +155,16 @@ class StepCostModel:
     def predict_ms(self, x: StepShape) -> float:
         return _dot(self.coefficients, x)
 
+    def call_tokens(self) -> float:
+        """A decode call's fixed cost in tokens' worth (a/b): what background pays for a call of its own."""
+        a, b, _, _ = self.coefficients
+        return a / b
+
+    def tokens_per_kcell(self) -> float:
+        """1000·b/c: what keeping a cached prefix costs against reading it again (`KVPools.expire`)."""
+        _, b, c, _ = self.coefficients
+        return 1000.0 * b / c if c > 0 else float("inf")
+
     def tokens_within(self, target_ms: float, base: StepShape, context_cells: int, new_decode: bool) -> int:
         """The most tokens a step of shape `base` may add within the target, in a context of
         `context_cells` cells (`new_decode`: one that has no tokens in the step yet)."""

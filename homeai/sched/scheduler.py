@@ -4,11 +4,14 @@ There is no prefill phase and no decode phase. Each request has `num_computed_to
 catching up with `num_tokens`; a step gives each chosen request some tokens:
 
 1. one decode token for every running sequence (interactive first), never skipped, except
-   that background decodes in a cache of their own wait while an interactive prompt is read,
-   down to background's minimum share (`share.py`);
+   that background decodes in a cache of their own wait while an interactive prompt is read
+   or a held output (read whole: a tool call) is written, down to background's minimum share
+   (`share.py`);
 2. prefill chunks with what is left of the step's token budget (`pacing.py`): interactive
    lanes first (with a share kept for background work when it is backlogged), then
    background lanes, each class ordered by token-aware fair share over (lane, member) pairs;
+   a held output keeps steps short, and a step sampling an interactive first token carries
+   background only within `held_step` times its own cost (`placement.py`);
 3. embedding inputs compete with prefill chunks in the background class; they are chunked
    too (the embedding context keeps each input's cells until it is done, and the runner
    pools across chunks), unless the embedding model cannot (an encoder without a KV cache).
@@ -97,7 +100,6 @@ class Scheduler:
                                    limits.embed_chunked)
         self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
-        self._first_token_waited = False  # the last step held background back for a first token
         self.requests: dict[str, Request] = {}
         self._done: list[str] = []  # finished since the last plan: their sampler state may go
         self._steps = itertools.count()
@@ -204,9 +206,9 @@ class Scheduler:
                 self.placement.fill(step, plan, interactive=True, budget=left - used)
         interactive = {r.request_id for r in self.running if r.interactive}
         self.share.settle(plan, interactive, backlogged=usable is not None or step.deferred > 0,
-                          call_tokens=self._call_tokens())
+                          call_tokens=self.cost.call_tokens())
         plan.shape = self.placement.shape(step, plan)
-        self._first_token_waited = step.first_token_waits and self.placement.gives_first_token(plan)
+        self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(plan)
         return self._close(plan)
 
     def _close(self, plan: StepPlan) -> StepPlan:
@@ -227,7 +229,7 @@ class Scheduler:
         deferred = 0
         # Interactive lanes with a cache of their own take whole steps while one of them reads a
         # prompt or writes a held output: background decodes would cost a second decode call each step.
-        if self.pools.separate and (prompt or held) and self.share.decodes_wait(background, self._call_tokens()):
+        if self.pools.separate and (prompt or held) and self.share.decodes_wait(background, self.cost.call_tokens()):
             decoding, deferred = [r for r in decoding if r.interactive], background
         cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
         num_decoding = {pool: 0 for pool in GENERATE}
@@ -240,7 +242,7 @@ class Scheduler:
         lone = not self.pools.running or not any(r.is_decoding for r in self.running)
         step = replace(step, prompt=prompt, cells=cells, num_decoding=num_decoding, deferred=deferred, pace=pace,
                        aim=self.pacing.aim(pace, lone), min_chunk=self.pacing.min_chunk_for(pace), lone=lone,
-                       held=held, first_token_waits=prompt and not self._first_token_waited)
+                       held=held, first_token_waits=prompt and not self.share.waited_for_first)
         return step, decoding
 
     def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> int:
@@ -253,17 +255,6 @@ class Scheduler:
         return self.pacing.budget(step.cost, num_decoding=num_decoding, decodes=decodes, pace=step.pace, aim=step.aim,
                                   cells=step.cells[to], new_decode=not step.num_decoding[to], prompt=step.prompt,
                                   way_back=self.share.way_back(step.overdue))
-
-    def _tokens_per_kcell(self) -> float:
-        """1000·b/c: what keeping a cached prefix costs against reading it again (`KVPools.expire`),
-        by the cost model as it stands."""
-        _, b, c, _ = self.cost.coefficients
-        return 1000.0 * b / c if c > 0 else float("inf")
-
-    def _call_tokens(self) -> float:
-        """A decode call's fixed cost in tokens' worth: what background pays for a call of its own."""
-        a, b, _, _ = self.cost.coefficients
-        return a / b
 
     # ---- KV growth, preemption and finishing -------------------------------------------
 
@@ -311,7 +302,7 @@ class Scheduler:
             self.cost.observe(plan.shape, result.elapsed_ms, now)
             for pool in self.pools.generating:
                 self.pools.computed(pool, sum(len(i.tokens) for i in plan.batches[pool]))
-            self.pools.expire(self._tokens_per_kcell())
+            self.pools.expire(self.cost.tokens_per_kcell())
         outputs = [o for i in plan.generating if (o := self._advance(i, result, now))]
         return outputs + [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
 

@@ -37,6 +37,9 @@ class BackgroundShare:
         self.min_share, self.min_chunk, self.max_step_tokens = min_share, min_chunk, max_step_tokens
         self.num_seqs, self.num_cells, self.max_credit = num_seqs, num_cells, max_credit
         self.credit = 0.0  # background tokens owed under interactive load
+        # The last step held background back for an interactive first token: the next one does not
+        # (`Placement.first_token_room`), so background waits at most one step running for them.
+        self.waited_for_first = False
 
     # ---- the way back ----------------------------------------------------------------
 
