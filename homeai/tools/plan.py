@@ -55,11 +55,25 @@ class ToolPlan:
         return self.format.messages(messages, self.tools)
 
     def parse(self, text: str) -> Reply:
+        """The reply's calls and the text around them; a reply cut short (the length limit) in a
+        later call keeps the calls written whole before it, as a stream has sent them."""
         found = self.format.find_calls(text)
         calls = self._valid(found[1]) if found else None
-        if not calls:
-            return Reply(text)
-        return Reply(found[0] or None, tuple(calls))
+        if calls:
+            return Reply(found[0] or None, tuple(calls))
+        opens = self.format.opens_at(text)
+        whole = self.whole_calls(text) if opens is not None else []
+        return Reply(text[:opens].strip() or None, tuple(whole)) if whole else Reply(text)
+
+    def whole_calls(self, text: str) -> list[ToolCall]:
+        """The calls written whole so far, each valid for its tool, up to the first that is not."""
+        calls = []
+        for name, arguments in self.format.whole_calls(text)[:None if self.tools.parallel else 1]:
+            tool = self.tools.find(name)
+            if tool is None or tool.check_arguments(arguments) is not None:
+                break
+            calls.append(ToolCall(name, arguments))
+        return calls
 
     def _valid(self, raw: list) -> list[ToolCall] | None:
         """The calls, if every one names an offered tool with arguments that fit its schema."""
@@ -113,13 +127,7 @@ class CallStream:
         the reply is a call). A call that is not valid stops this; the end decides then."""
         if not self.in_call:
             return []
-        raw = self.plan.format.whole_calls(self.text)[:None if self.plan.tools.parallel else 1]
-        new = []
-        for name, arguments in raw[len(self.calls):]:
-            tool = self.plan.tools.find(name)
-            if tool is None or tool.check_arguments(arguments) is not None:
-                break
-            new.append(ToolCall(name, arguments))
+        new = self.plan.whole_calls(self.text)[len(self.calls):]
         self.calls += new
         return new
 
@@ -131,10 +139,10 @@ class CallStream:
 
     def finish(self) -> tuple[str, Reply]:
         """The content still to send and the whole reply (its calls include those already sent:
-        `calls` says which). Once a call was sent, the reply is its calls: a last one cut short
+        `calls` says which). A reply with calls written whole is its calls: a last one cut short
         (the length limit) or not valid is dropped, not sent as text."""
+        self.new_calls()
         if self.calls:
-            self.new_calls()
             return "", Reply(None, tuple(self.calls))
         reply = self.plan.parse(self.text)
         if reply.calls:

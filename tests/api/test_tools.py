@@ -320,6 +320,18 @@ def test_a_call_cut_short_after_one_was_sent_is_dropped():
     assert stream.finish() == ("", tool_calling.Reply(None, tuple(sent)))
 
 
+def test_a_reply_cut_short_in_a_later_call_keeps_the_calls_written_whole():
+    """The length limit mid-way through a second call: the first is still a call, streamed or
+    not (a voice turn used to speak the JSON)."""
+    cut = f'{{"tool_calls": [{PARIS}, {{"name": "turn_on", "argu'
+    parsed = plan_in(Generic).parse(cut)
+    assert parsed.content is None and [c.name for c in parsed.calls] == ["get_weather"]
+    stream = plan_in(Generic).stream()
+    stream.feed(cut)  # nothing asked for the calls as they came (the voice socket sends them at the end)
+    rest, reply = stream.finish()
+    assert rest == "" and [c.name for c in reply.calls] == ["get_weather"]
+
+
 def test_without_parallel_calls_only_the_first_is_sent():
     plan = tool_calling.ToolPlan(tool_calling.plan(TOOLS, None, False, template_source=None).tools, Generic())
     stream = plan.stream()
