@@ -8,7 +8,8 @@ section is the protocol's reference. In short:
             binary PCM16 frames, then {"type": "audio.end"}; {"type": "response.cancel"};
             {"type": "tool.result", "tool_call_id"?, "content"} for each call the answer made
     server: session.ready, transcript.final {text}, response.delta {text}...,
-            response.tool_calls {tool_calls [{id, name, arguments}]} (then the turn waits for the results),
+            response.tool_calls {tool_calls [{id, name, arguments}]} as each call is written whole
+            (the answer over, the turn waits for their results),
             response.done {text, finish_reason, timings {stt_ms, ttft_ms, total_ms}}, error {code, message}
 
 One `VoiceSession` per socket reads messages and buffers the utterance; at most one `Turn`
@@ -461,14 +462,16 @@ class Turn:
         await self.finish(reason)
 
     async def _stream_answer(self, plan) -> tuple[str, tuple]:
-        """Send the answer's words as they come (text that may open a call held back); its finish
-        reason and its calls, if it made any."""
+        """Send the answer's words as they come (text that may open a call held back) and each call
+        as soon as it is written whole; its finish reason and its calls, if it made any."""
         calls = plan.stream() if plan is not None else None
         async for event in self.stream:
             if isinstance(event, TokenEvent) and self.ttft_ms is None:
                 self.ttft_ms = self._ms()
             if isinstance(event, TokenEvent) and event.text:
                 await self._delta(calls.feed(event.text) if calls is not None else event.text)
+                if calls is not None:
+                    await self._send_calls(calls.new_calls())
         finish = self.stream.finished
         if finish.reason == "error":
             raise VoiceError("generation_failed", f"generation failed: {finish.error}")
@@ -480,13 +483,18 @@ class Turn:
         calls.feed(finish.text)
         rest, reply = calls.finish()
         await self._delta(rest)
+        await self._send_calls([c for c in reply.calls if c.id not in self.waiting_for])
         return finish.reason, reply.calls
 
+    async def _send_calls(self, calls) -> None:
+        """Send calls the client may run now (their results are awaited once the answer ends)."""
+        if calls:
+            self.waiting_for.update((c.id, c.name) for c in calls)
+            await self.session.send({"type": "response.tool_calls", "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]})
+
     async def _call_tools(self, calls) -> list[dict]:
-        """Send the calls, wait for a `tool.result` of each; the messages the next answer follows."""
-        self.waiting_for = {c.id: c.name for c in calls}
-        await self.session.send({"type": "response.tool_calls", "tool_calls": [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]})
+        """Wait for a `tool.result` of each call sent; the messages the next answer follows."""
         results = {}
         try:
             while self.waiting_for:

@@ -1,5 +1,6 @@
 """Tools on the voice socket: real speech asks for a device to be turned on, the answer is a
-`response.tool_calls` event, the client answers with `tool.result`, and the turn ends in words.
+`response.tool_calls` event for each call as soon as it is written whole, the client answers each
+with `tool.result`, and the turn ends in words.
 
 Run: .venv/bin/python -m pytest tests/voice/test_voice_tools.py
 """
@@ -56,6 +57,21 @@ async def test_a_tool_call_then_its_result_then_the_spoken_answer(server, uttera
         assert done["text"] == "".join(e["text"] for e in events if e["type"] == "response.delta")
 
 
+async def test_each_call_is_sent_as_soon_as_it_is_whole(server, utterance):
+    # With only a call without arguments to make, the small model writes it more than once in one
+    # answer: each goes out on its own as it closes, and its result may go back at once.
+    async with voice_client(server) as client:
+        await client.start(tools=TOOLS[1:], tool_choice="required")
+        await client.audio(utterance.raw_16k)
+        await client.send(type="audio.end")
+        events = await client.until("response.tool_calls", "response.done", "error")
+        while events[-1]["type"] == "response.tool_calls":
+            assert [call["name"] for call in events[-1]["tool_calls"]] == ["GetLiveContext"], events[-1]
+            await client.send(type="tool.result", tool_call_id=events[-1]["tool_calls"][0]["id"], content="all off")
+            events = await client.until("response.tool_calls", "response.done", "error")
+        assert events[-1]["type"] == "response.done", events[-2:]
+
+
 async def test_a_result_with_no_call_waiting_is_an_error(server):
     async with voice_client(server) as client:
         await client.start(tools=TOOLS)
@@ -73,3 +89,4 @@ async def test_bad_tools_are_refused_at_session_start(server, tools):
         await client.send(type="session.start", sample_rate=16000, tools=tools)
         event = await client.error("invalid_tools")
         assert event["message"]
+
