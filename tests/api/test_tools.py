@@ -33,7 +33,10 @@ ASK = [{"role": "user", "content": "What is the weather in Paris? Use celsius."}
 
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
-    return api_config(module_tmp)
+    # Without the prompt cache a repeated request is read the same way each time, so greedy runs
+    # compared here (whole and streamed, with and without a stop) take the same numeric path: a
+    # prompt read after a cached prefix differs in the last bits of its logits.
+    return api_config(module_tmp, scheduler={"prompt_cache": False})
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +153,8 @@ def streamed(client, **kwargs) -> tuple[str, dict[int, dict], str]:
 
 
 def test_streamed_call_deltas_reassemble_to_the_whole_call(client):
-    kwargs = dict(model="homeai", messages=ASK, tools=TOOLS, tool_choice="required", **GREEDY)
+    kwargs = dict(model="homeai", messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+                  **GREEDY)
     whole = client.chat.completions.create(**kwargs).choices[0].message.tool_calls
     content, calls, reason = streamed(client, **kwargs)
     assert reason == "tool_calls" and content == ""
@@ -172,11 +176,13 @@ def test_streamed_round_trip(client):
 def test_streamed_text_under_auto_matches_the_whole_text(client):
     kwargs = dict(model="homeai", messages=[{"role": "user", "content": "Say hello."}], tools=TOOLS, **GREEDY)
     whole = client.chat.completions.create(**kwargs).choices[0].message
-    content, calls, _ = streamed(client, **kwargs)
-    if whole.tool_calls:
-        assert [c["name"] for c in calls.values()] == [c.function.name for c in whole.tool_calls]
+    content, calls, reason = streamed(client, **kwargs)
+    if whole.tool_calls or calls:  # the model chose a call: the same choice, streamed as deltas
+        assert reason == "tool_calls" and content == ""
+        assert [c["name"] for c in calls.values()] == [c.function.name for c in whole.tool_calls or ()]
     else:
-        assert content == whole.content and not calls
+        assert content == whole.content and reason in ("stop", "length")
+        assert '{"tool_calls"' not in content
 
 
 # ---- structured output ---------------------------------------------------------------------------
@@ -211,7 +217,7 @@ def test_json_object_output_is_an_object(client):
     ended = []
     for ask in ("A shopping list as JSON.", "A shopping list as JSON, please.", "Today's chores as JSON."):
         reply = client.chat.completions.create(model="homeai", messages=[{"role": "user", "content": ask}],
-                                               response_format={"type": "json_object"}, temperature=0, max_tokens=160)
+                                               response_format={"type": "json_object"}, temperature=0, max_tokens=256)
         content = reply.choices[0].message.content
         assert content.lstrip().startswith("{"), content
         if reply.choices[0].finish_reason == "stop":

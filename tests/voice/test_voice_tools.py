@@ -15,7 +15,8 @@ from tests.voice.conftest import heard, serve, voice_client
 
 pytestmark = [pytest.mark.model, pytest.mark.anyio]
 
-TURN_ON = {"type": "object", "properties": {"name": {"type": "string"}, "area": {"type": "string"},
+TURN_ON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 32},
+                                            "area": {"type": "string", "maxLength": 32},
                                             "domain": {"enum": ["light", "switch"]}}, "required": ["name"]}
 TOOLS = [{"type": "function", "function": {"name": "HassTurnOn", "description": "Turns on a device",
                                            "parameters": TURN_ON}},
@@ -24,7 +25,7 @@ TOOLS = [{"type": "function", "function": {"name": "HassTurnOn", "description": 
 
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
-    return api_config(module_tmp, lanes={"voice": {"max_tokens": 64}})
+    return api_config(module_tmp, lanes={"voice": {"max_tokens": 128}})
 
 
 @pytest.fixture(scope="module")
