@@ -112,6 +112,8 @@ class WyomingConfig:
     port: int = 10300  # Wyoming's usual port; 0: any free one (tests)
     allow_from: tuple[str, ...] = ()  # client addresses or networks ("192.168.1.20", "10.0.0.0/24"); empty: any
     max_frame_bytes: int = 1_048_576  # a larger header line, data or payload closes the connection
+    zeroconf: bool = False  # advertise _wyoming._tcp.local. so Home Assistant discovers it (needs a LAN host)
+    zeroconf_name: str = "homeai"  # the advertised service's name
 
 
 @dataclass(frozen=True)
@@ -384,6 +386,10 @@ def _validate_wyoming(w: WyomingConfig, source: str) -> None:
     _check(bool(w.allow_from) or is_loopback(w.host), source, "wyoming.allow_from",
            f"must name the clients allowed when wyoming.host is not a loopback address (host is {w.host!r}): "
            "Wyoming has no authentication")
+    _check(not (w.zeroconf and is_loopback(w.host)), source, "wyoming.zeroconf",
+           f"advertises the listener on the LAN, but wyoming.host is loopback ({w.host!r}): nobody could reach it")
+    _check(bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9 -]{0,62}", w.zeroconf_name)), source, "wyoming.zeroconf_name",
+           f"must be 1-63 letters, digits, spaces or '-', got {w.zeroconf_name!r}")
 
 
 def is_loopback(host: str) -> bool:

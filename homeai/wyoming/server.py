@@ -7,8 +7,8 @@
 Wyoming has no authentication, so who may connect is decided here by address alone: with
 `wyoming.allow_from` set, a client outside it is closed at connect and logged (its address,
 nothing else). The config refuses a non-loopback `wyoming.host` without `allow_from`.
-Each accepted connection is one `homeai.wyoming.session.Session`.
-Zeroconf advertisement is not done: the `zeroconf` package is not a dependency.
+Each accepted connection is one `homeai.wyoming.session.Session`. With `wyoming.zeroconf` the
+listener is advertised for Home Assistant's discovery while it listens (`homeai.wyoming.advertise`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import ipaddress
 import logging
 import os
 
+from homeai.wyoming.advertise import Advertisement
 from homeai.wyoming.session import Session, describe
 
 log = logging.getLogger("homeai.wyoming")
@@ -35,6 +36,7 @@ class WyomingServer:
         self.port: int | None = None  # the port listened on (wyoming.port, or the one picked for 0)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        self.advertisement: Advertisement | None = None
 
     async def start(self) -> WyomingServer:
         host, port = self.cfg.host, self.cfg.port
@@ -46,12 +48,16 @@ class WyomingServer:
                           "(wyoming.host, wyoming.port)") from e
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("wyoming speech to text on %s:%d", host, self.port)
+        if self.cfg.zeroconf:
+            self.advertisement = await Advertisement.start(self.cfg, self.port)
         return self
 
     async def stop(self) -> None:
         """Stop listening and end the connections still open (a transcription in flight finishes on its pool)."""
         if self._server is None:
             return
+        if self.advertisement is not None:
+            await self.advertisement.stop()
         self._server.close()
         for task in list(self._connections):
             task.cancel()

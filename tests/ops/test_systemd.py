@@ -78,7 +78,9 @@ def test_hardened_and_gpu_devices_still_reachable(unit):
                 "ProtectControlGroups", "RestrictNamespaces", "RestrictSUIDSGID", "LockPersonality"):
         assert one(unit, "Service", key) == "yes", key
     assert one(unit, "Service", "ProtectSystem") == "strict"
-    assert set(one(unit, "Service", "RestrictAddressFamilies").split()) == {"AF_INET", "AF_INET6", "AF_UNIX"}
+    # AF_NETLINK: getifaddrs, for the addresses wyoming.zeroconf advertises at
+    assert set(one(unit, "Service", "RestrictAddressFamilies").split()) == {"AF_INET", "AF_INET6", "AF_UNIX",
+                                                                             "AF_NETLINK"}
     assert one(unit, "Service", "CapabilityBoundingSet") == "" and one(unit, "Service", "AmbientCapabilities") == ""
     # GPU: device nodes visible, the groups that own them joined, no device allow-list.
     for key in ("PrivateDevices", "DeviceAllow", "DevicePolicy", "ProtectClock", "PrivateUsers"):
