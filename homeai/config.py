@@ -45,6 +45,7 @@ class ServerConfig:
     max_unauthenticated_websockets_per_address: int = 8
     api_docs: bool = False  # serve /docs and /redoc: their pages load scripts from a CDN, outside the CSP
     shutdown_grace_s: float = 10.0  # on SIGTERM, requests in flight get this long to finish before they are cut short
+    header_timeout_s: float = 10.0  # a client that has not sent a whole request head by then is dropped
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,14 @@ class SchedulerConfig:
     max_step_ms: float = 120.0  # a step never aims past this: an interactive arrival waits at most one step
     prompt_cache: bool = True  # keep finished requests' KV as prefixes later prompts start from (false: measure without)
     prompt_cache_max_cells: int = 0  # KV cells cached prefixes may hold per cache; 0: any the live requests leave free
+    # A cached prefix is reused only by the member whose request made it (and text no member wrote,
+    # the template's default system prompt or a lane's prompt, by everyone). true: any member reuses
+    # any member's prefixes: faster for a household that shares long prompts, but a member can then
+    # tell from timings and cached_tokens what another member sent.
+    prompt_cache_shared: bool = False
+    # Most running sequences one member holds in an interactive lane, as a share of the lane's
+    # readers; the rest are kept for the other members (an over-share member's newest is preempted).
+    member_seq_share: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -114,6 +123,21 @@ class WyomingConfig:
     max_frame_bytes: int = 1_048_576  # a larger header line, data or payload closes the connection
     zeroconf: bool = False  # advertise _wyoming._tcp.local. so Home Assistant discovers it (needs a LAN host)
     zeroconf_name: str = "homeai"  # the advertised service's name
+    max_connections: int = 16  # open connections at once; more are closed at once
+    max_connections_per_address: int = 4  # open connections from one client address
+    max_audio_bytes: int = 3_000_000  # audio one connection may buffer (about 30 s at 48 kHz mono PCM16)
+
+
+@dataclass(frozen=True)
+class GrammarConfig:
+    """Bounds on the JSON schemas and tool definitions turned into grammars (`homeai.tools`): a schema
+    past them is refused with a 400 naming the field, before its grammar is built."""
+
+    max_schema_bytes: int = 65_536  # a schema (or all of a request's tools) as JSON
+    max_repeat: int = 1000  # minItems/maxItems, minLength/maxLength, and other bounded repetitions
+    max_enum: int = 1000  # values of one enum (or const alternatives)
+    max_grammar_bytes: int = 262_144  # the GBNF text the schema becomes
+    build_timeout_s: float = 5.0  # longest a grammar may take to build, off the engine thread
 
 
 @dataclass(frozen=True)
@@ -151,6 +175,7 @@ class Config:
     speech: SpeechConfig = field(default_factory=SpeechConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
+    grammar: GrammarConfig = field(default_factory=GrammarConfig)
     lanes: dict[str, LanePolicy] = field(default_factory=lambda: dict(DEFAULT_POLICIES))
     remotes: dict[str, RemoteConfig] = field(default_factory=dict)  # lane -> its remote server
     source: str = "(built-in defaults)"
@@ -170,7 +195,7 @@ class Config:
 SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
     "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "jobs": JobsConfig,
-    "wyoming": WyomingConfig,
+    "wyoming": WyomingConfig, "grammar": GrammarConfig,
 }
 # Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.
 REMOTE_LANES = ("chat", "summaries", "embeddings")

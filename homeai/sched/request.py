@@ -100,6 +100,10 @@ class Request:
     itls: list[float] = field(default_factory=list)  # seconds between consecutive output tokens
     embedding: object = None  # an embed request's vector once done
     num_cached_tokens: int = 0  # prompt tokens its first admission found in the prompt cache
+    # Leading prompt tokens no member wrote (the template's own default system prompt, a lane's
+    # configured prompt): the only part of a prompt another member's request may reuse from the
+    # prompt cache. The rest is reused only by requests of the same member.
+    public_len: int = 0
     # Its output is held to a grammar (a tool call once it opens, structured output): its client
     # takes it whole, not a token at a time, so it decodes as fast as steps allow, not at reading pace.
     held: bool = False
