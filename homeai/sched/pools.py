@@ -16,7 +16,10 @@ With the prompt cache on, a generating pool keeps what a sequence leaves behind 
 prefix (`prefix.py`): cells that count as free but reclaimable. Admission starts a request at
 the longest prefix it shares with an entry (taking the entry over) or with a live sequence
 (sharing its cells), and every lack of room evicts least recently used entries before it
-would preempt or refuse anyone: an entry never pins memory a live request needs.
+would preempt or refuse anyone: an entry never pins memory a live request needs. Cells are
+reused only by requests of the member whose request made them, beyond the leading tokens no
+member wrote (`prefix.reusable`), unless `PromptCache.shared`: entries, live sequences and
+the wait for a prefix another request is still reading all follow that rule.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from homeai.sched.kv import KVManager
-from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix
+from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix, reusable
 from homeai.sched.request import Kind, Request, Status
 
 
@@ -65,6 +68,9 @@ class PromptCache:
     # The odds an entry is used again, as eviction assumes them (`KVPools.expire`): lower frees
     # attention sooner for new prompts; higher keeps conversations warm through more other work.
     reuse_odds: float = 0.5
+    # Every member reuses every member's prefixes (`scheduler.prompt_cache_shared`); False: only
+    # the member whose request made them, and other members the leading tokens no member wrote.
+    shared: bool = False
 
 
 class KVPools:
@@ -164,7 +170,8 @@ class KVPools:
         computed = request.num_computed_tokens
         if pool in self.cache and computed >= self.min_reuse:
             kv.cache(seq_id, computed)
-            self.cache[pool].add(seq_id, np.asarray(request.tokens_slice(0, computed), dtype=np.int32))
+            self.cache[pool].add(seq_id, np.asarray(request.tokens_slice(0, computed), dtype=np.int32),
+                                 request.member, request.public_len)
             self._op(pool, Drop(seq_id, computed))  # cells past what was computed (an aborted chunk) go
             self._cap(pool, seq_id)
         else:
@@ -216,7 +223,7 @@ class KVPools:
         tokens = _prompt_array(request) if not request.output_tokens else \
             np.asarray(request.tokens_slice(0, request.num_tokens), dtype=np.int32)  # preempted: its output too
         limit = request.num_tokens - 1  # the last token is computed again: its logits are sampled
-        entry, n_entry = cache.best(tokens)
+        entry, n_entry = cache.best(tokens, request.member, request.public_len, self.settings.shared)
         live, n_live = self._best_live(request, pool, tokens)
         n_entry, n_live = min(n_entry, limit), min(n_live, limit)
         reused = max(n_entry, n_live)
@@ -224,7 +231,7 @@ class KVPools:
             self._make_room(pool, request.num_tokens, need_seq=True)
             request.seq_id = kv.admit(request.num_tokens)
             return
-        if n_entry >= n_live and (2 * n_entry >= len(entry.tokens) or not self._copy_room(pool, entry)):
+        if n_entry >= n_live and (self._take_over(request, entry, n_entry) or not self._copy_room(pool, entry)):
             cache.remove(entry.seq_id)
             kv.reuse(entry.seq_id, n_entry)
             self._op(pool, Drop(entry.seq_id, n_entry))
@@ -243,6 +250,18 @@ class KVPools:
         if not request.num_preemptions:
             request.num_cached_tokens = reused
 
+    def _take_over(self, request: Request, entry: Entry, n_entry: int) -> bool:
+        """An entry mostly reused becomes the request's sequence; another member's only when the
+        request reuses all of it (else its owner's next turn would lose its private tail)."""
+        if self.settings.shared or entry.member == request.member:
+            return 2 * n_entry >= len(entry.tokens)
+        return n_entry >= len(entry.tokens)
+
+    def _reusable(self, request: Request, maker: Request | Entry, n: int) -> int:
+        """How much of an `n`-token match with `maker`'s cells `request` may reuse."""
+        return reusable(n, same_member=self.settings.shared or maker.member == request.member,
+                        maker_public=maker.public_len, public_len=request.public_len)
+
     def shares_a_prefix_being_read(self, request: Request) -> bool:
         """A running sequence of the request's pool is still reading a prefix (at least `min_reuse`
         tokens) the request shares: admitted now, the request would read it a second time beside
@@ -255,7 +274,7 @@ class KVPools:
             if (self.of(r) is not pool or r.output_tokens or r.num_computed_tokens >= r.num_prompt_tokens
                     or r.prompt_tokens[:HEAD] != head):
                 continue
-            shared = common_prefix(_prompt_array(r), _prompt_array(request))
+            shared = self._reusable(request, r, common_prefix(_prompt_array(r), _prompt_array(request)))
             if shared >= self.min_reuse and shared > r.num_computed_tokens + self.min_reuse:
                 return True
         return False
@@ -267,7 +286,7 @@ class KVPools:
         for r in self.running:
             if self.of(r) is not pool or r.num_computed_tokens <= length or r.prompt_tokens[:HEAD] != head:
                 continue
-            n = min(common_prefix(_prompt_array(r), tokens), r.num_computed_tokens)
+            n = self._reusable(request, r, min(common_prefix(_prompt_array(r), tokens), r.num_computed_tokens))
             if n > length:
                 best, length = r, n
         return best, length

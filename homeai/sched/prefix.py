@@ -5,6 +5,15 @@ as an entry: the exact token ids they hold, position by position, under the sequ
 holds them. A request admitted later whose tokens begin the same way takes the entry over
 (or shares its first cells, `llama_memory_seq_cp`) and computes only the rest.
 
+Whose cells a request may reuse (vLLM's `cache_salt`, set here from the member the server
+authenticated, never by a client): an entry remembers the member whose request made it and
+how many of its leading tokens no member wrote (`public_len`: the template's own default
+system prompt, a lane's configured prompt). A request reuses all it matches of its own
+member's entries, and of another member's only the leading tokens public to both (`reusable`);
+otherwise one member could tell, from `cached_tokens` or the time to a first token, what
+another member sent. `PromptCache.shared` (the config's `scheduler.prompt_cache_shared`)
+lifts the rule: every member then reuses every member's prefixes.
+
 Why a scan and not a radix tree (SGLang) or hashed blocks (vLLM): every entry holds a
 sequence id of its cache, so a pool has at most `n_seq_max` entries (32 by default), each
 one whole sequence. Comparing a prompt with a few dozen token arrays is one vectorised
@@ -28,10 +37,18 @@ class Entry:
     tokens: np.ndarray  # the token ids its cells hold, one per position
     last_use: int  # the cache's clock when it was added or last matched
     work_at_use: int = 0  # the pool's tokens computed, then
+    member: str = ""  # whose request made it
+    public_len: int = 0  # its leading tokens no member wrote: the part other members may reuse
 
     @property
     def head(self) -> tuple[int, ...]:
         return tuple(self.tokens[:HEAD].tolist())
+
+
+def reusable(n: int, *, same_member: bool, maker_public: int, public_len: int) -> int:
+    """How much of an `n`-token match with cells another request made a request may reuse: all
+    of it when one member made both, else only the leading tokens public to both."""
+    return n if same_member else min(n, maker_public, public_len)
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -59,19 +76,21 @@ class PrefixCache:
     def num_cells(self) -> int:
         return sum(len(e.tokens) for e in self.entries.values())
 
-    def add(self, seq_id: int, tokens: np.ndarray) -> None:
-        entry = Entry(seq_id, tokens, next(self._clock), self.work)
+    def add(self, seq_id: int, tokens: np.ndarray, member: str, public_len: int) -> None:
+        entry = Entry(seq_id, tokens, next(self._clock), self.work, member, min(public_len, len(tokens)))
         self.entries[seq_id] = entry
         self._heads[seq_id] = entry.head
 
-    def best(self, tokens: np.ndarray) -> tuple[Entry | None, int]:
-        """The entry sharing the longest prefix with `tokens`, and how long."""
+    def best(self, tokens: np.ndarray, member: str, public_len: int, shared: bool) -> tuple[Entry | None, int]:
+        """The entry whose reusable prefix with `tokens` (a prompt of `member`, its first
+        `public_len` tokens public) is longest, and how long; `shared`: any member's, whole."""
         head = tuple(tokens[:HEAD].tolist())
         best, length = None, 0
         for seq_id, entry in self.entries.items():
             if self._heads[seq_id] != head:  # they share fewer than HEAD tokens: not worth reusing
                 continue
-            n = common_prefix(entry.tokens, tokens)
+            n = reusable(common_prefix(entry.tokens, tokens), same_member=shared or entry.member == member,
+                         maker_public=entry.public_len, public_len=public_len)
             if n > length or (n == length and best is not None and entry.last_use > best.last_use):
                 best, length = entry, n
         return best, length
@@ -90,6 +109,7 @@ class PrefixCache:
     def trim(self, seq_id: int, num_cells: int) -> None:
         entry = self.entries[seq_id]
         entry.tokens = entry.tokens[:num_cells]
+        entry.public_len = min(entry.public_len, num_cells)
         self._heads[seq_id] = entry.head
 
     def oldest(self, keep: int | None = None) -> Entry | None:

@@ -78,6 +78,7 @@ class SchedulerLimits:
     # `prompt_cache_max_cells` a pool (0: whatever the live sequences leave free).
     prompt_cache: bool = False
     prompt_cache_max_cells: int = 0
+    prompt_cache_shared: bool = False  # every member reuses every member's prefixes (else: per member, `prefix.py`)
 
 
 class Scheduler:
@@ -86,7 +87,8 @@ class Scheduler:
         self.pools = KVPools(num_cells=limits.num_cells, num_seqs=limits.num_seqs,
                              interactive_cells=limits.interactive_cells, embed_cells=limits.embed_max_tokens,
                              embed_seqs=limits.embed_max_seqs,
-                             prompt_cache=PromptCache(limits.prompt_cache, limits.prompt_cache_max_cells))
+                             prompt_cache=PromptCache(limits.prompt_cache, limits.prompt_cache_max_cells,
+                                                      shared=limits.prompt_cache_shared))
         self.fair = FairShare(limits.w_in, limits.w_out)
         self.cost = StepCostModel()
         self.pacing = Pacing({name: float(limits.typical_output) for name in policies}, limits.max_step_ms,

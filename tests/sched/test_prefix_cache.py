@@ -1,6 +1,7 @@
 """The prompt cache in the scheduler: reuse, sharing, eviction and limits, checked by the fake
 runner's position bookkeeping (every cache operation must leave each sequence's cells where the
-next item starts)."""
+next item starts); and whose cells a request may reuse: its own member's, another member's only
+as far as no member wrote them (`public_len`), everyone's with `prompt_cache_shared`."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ _ids = itertools.count()
 SYSTEM = list(range(100, 400))  # a 300-token stable prefix (a system prompt)
 
 
-def request(prompt, lane="chat", member="alice", max_tokens=4, arrival=0.0, kind=Kind.GENERATE) -> Request:
+def request(prompt, lane="chat", member="alice", max_tokens=4, arrival=0.0, kind=Kind.GENERATE,
+            public_len=0) -> Request:
     return Request(f"p{next(_ids)}", lane, member, list(prompt), arrival, kind=kind,
-                   params=SamplingParams(max_tokens=max_tokens))
+                   params=SamplingParams(max_tokens=max_tokens), public_len=public_len)
 
 
 def cached(**overrides):
@@ -93,13 +95,14 @@ def test_a_barely_matching_entry_is_shared_not_destroyed():
 
 def test_a_live_sequences_prefix_is_shared_with_a_new_request():
     sched, runner = cached(), FakeRunner()
-    a = request(SYSTEM + [1], member="alice", max_tokens=50)
+    # SYSTEM is the lane's configured prompt, which no member wrote: bob may reuse it from alice's cells
+    a = request(SYSTEM + [1], member="alice", max_tokens=50, public_len=300)
     sched.add_request(a)
     now = 0.0
     while not a.is_decoding:
         step(sched, runner, now)
         now += 0.01
-    b = request(SYSTEM + [2], member="bob", arrival=now)
+    b = request(SYSTEM + [2], member="bob", arrival=now, public_len=300)
     sched.add_request(b)
     plan, _ = step(sched, runner, now + 0.01)
     assert Copy(a.seq_id, b.seq_id, 300) in plan.cache_ops[Pool.MAIN]
@@ -254,7 +257,8 @@ def test_off_by_default_in_the_scheduler_and_reads_everything():
 
 def test_requests_arriving_together_read_their_shared_prefix_once():
     sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64), FakeRunner()  # 64-token chunks
-    members = [request(SYSTEM + [k] * 20, member=f"m{k}") for k in range(3)]
+    # SYSTEM public (a lane's configured prompt): three members share it
+    members = [request(SYSTEM + [k] * 20, member=f"m{k}", public_len=300) for k in range(3)]
     for r in members:
         sched.add_request(r)
     run_until_idle(sched, runner)
@@ -311,3 +315,104 @@ def test_an_entry_goes_once_keeping_it_has_cost_more_than_reading_it_again():
         seen.append(keep())
         assert work < max(seen) + 1000, "kept past its worth"
     assert work > min(seen) - 1000, "evicted before it had cost its worth"
+
+
+# ---- whose cells a request may reuse ------------------------------------------------------------
+
+PIN_SENTENCE = list(range(2000, 2040))  # "My bank PIN is" ... as tokens: the secret sits at 2040
+AFTER = list(range(3000, 3030))  # "... and my doctor said ..."
+
+
+def pin_prompt(pin: list[int], public: int = 0) -> list[int]:
+    return SYSTEM[:public] + PIN_SENTENCE + pin + AFTER
+
+
+def run_one(sched, runner, r, now):
+    sched.add_request(r)
+    now = run_until_idle(sched, runner, now)
+    assert r.finished
+    return now
+
+
+def test_another_members_private_prefix_is_never_reused():
+    """The PIN probe: alice's guesses read as much of their prompt whether or not bob sent it."""
+    sched, runner = cached(), FakeRunner()
+    now = run_one(sched, runner, request(pin_prompt([4, 8, 3, 1]), member="bob", max_tokens=1), 0.0)
+    warm = request(pin_prompt([9, 9, 9, 9]), member="alice", max_tokens=1, arrival=now)
+    now = run_one(sched, runner, warm, now)
+    assert warm.num_cached_tokens == 0, "nothing of bob's reached alice"
+    right = request(pin_prompt([4, 8, 3, 1]), member="alice", max_tokens=1, arrival=now)
+    now = run_one(sched, runner, right, now)
+    wrong = request(pin_prompt([7, 8, 3, 2]), member="alice", max_tokens=1, arrival=now)
+    run_one(sched, runner, wrong, now)
+    assert right.num_cached_tokens == wrong.num_cached_tokens == len(PIN_SENTENCE), \
+        "each guess reused only alice's own warm-up, up to the PIN"
+    assert first_item(runner.plans, right).start == first_item(runner.plans, wrong).start == len(PIN_SENTENCE)
+    assert not any(isinstance(op, Copy) for plan in runner.plans for op in plan.cache_ops.get(Pool.MAIN, []))
+
+
+def test_only_the_public_part_is_reused_across_members():
+    sched, runner = cached(), FakeRunner()
+    bob = request(pin_prompt([4, 8, 3, 1], public=300), member="bob", max_tokens=1, public_len=300)
+    now = run_one(sched, runner, bob, 0.0)
+    bob_seq = next(iter(sched.pools.cache[Pool.MAIN].entries))
+    guess = request(pin_prompt([4, 8, 3, 1], public=300), member="alice", max_tokens=1, arrival=now,
+                    public_len=300)
+    sched.add_request(guess)
+    plan, _ = step(sched, runner, now + 0.01)
+    copies = [op for op in plan.cache_ops[Pool.MAIN] if isinstance(op, Copy)]
+    assert [(op.src, op.length) for op in copies] == [(bob_seq, 300)], "the public 300 shared, not taken over"
+    assert len(sched.pools.cache[Pool.MAIN].entries[bob_seq].tokens) == bob.num_computed_tokens, \
+        "bob's entry keeps its private tail for his own next turn"
+    run_until_idle(sched, runner, now + 0.02)
+    assert guess.num_cached_tokens == 300 and first_item(runner.plans, guess).start == 300
+    # the public part counts only as far as both requests' own public_len says
+    again = request(pin_prompt([4, 8, 3, 1], public=300), member="carol", max_tokens=1, arrival=now + 1,
+                    public_len=100)
+    run_one(sched, runner, again, now + 1)
+    assert again.num_cached_tokens == 100
+
+
+def test_a_member_reuses_its_own_private_prefix():
+    sched, runner = cached(), FakeRunner()
+    first = request(pin_prompt([4, 8, 3, 1]), member="bob", max_tokens=1)
+    now = run_one(sched, runner, first, 0.0)
+    again = request(pin_prompt([4, 8, 3, 1]) + [5, 6], member="bob", max_tokens=1, arrival=now)
+    run_one(sched, runner, again, now)
+    assert again.num_cached_tokens == first.num_prompt_tokens
+
+
+def test_a_live_sequence_of_another_member_is_not_shared_or_waited_for():
+    sched, runner = cached(max_step_tokens=64), FakeRunner()  # 64-token chunks: bob reads for several steps
+    bob = request(SYSTEM + [1], member="bob", max_tokens=20)
+    alice = request(SYSTEM + [2], member="alice", max_tokens=1)
+    sched.add_request(bob)
+    step(sched, runner, 0.0)
+    assert not sched.pools.shares_a_prefix_being_read(alice), "alice does not wait on bob's private prompt"
+    sched.add_request(alice)
+    run_until_idle(sched, runner, 0.01)
+    assert alice.num_cached_tokens == 0 and first_item(runner.plans, alice).start == 0
+    assert not any(isinstance(op, Copy) for plan in runner.plans for op in plan.cache_ops.get(Pool.MAIN, []))
+
+
+def test_one_members_requests_arriving_together_read_their_private_prefix_once():
+    sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64), FakeRunner()
+    mine = [request(SYSTEM + [k] * 20, member="bob") for k in range(3)]
+    other = request(SYSTEM + [9] * 20, member="alice")
+    for r in [*mine, other]:
+        sched.add_request(r)
+    run_until_idle(sched, runner)
+    assert sorted(r.num_cached_tokens for r in mine) == [0, 300, 300] and other.num_cached_tokens == 0
+    read = sum(len(i.tokens) for plan in runner.plans for i in plan.items if i.start < 300)
+    assert 2 * 300 <= read < 3 * 300, "bob's prefix read once, alice's own once"
+
+
+def test_the_shared_opt_in_reuses_every_members_prefixes():
+    sched, runner = cached(prompt_cache_shared=True), FakeRunner()
+    now = run_one(sched, runner, request(pin_prompt([4, 8, 3, 1]), member="bob", max_tokens=1), 0.0)
+    right = request(pin_prompt([4, 8, 3, 1]), member="alice", max_tokens=1, arrival=now)
+    now = run_one(sched, runner, right, now)
+    wrong = request(pin_prompt([7, 8, 3, 2]), member="carol", max_tokens=1, arrival=now)
+    run_one(sched, runner, wrong, now)
+    assert right.num_cached_tokens == right.num_prompt_tokens - 1, "bob's whole prompt reused: what the opt-in allows"
+    assert wrong.num_cached_tokens == len(PIN_SENTENCE)
