@@ -11,7 +11,12 @@ documents to summarise and chunks to index, a new one as each finishes.
 
 Compared: homeai with prompt reuse on and off, and the baselines (`fifo`, `static`,
 `serial`, given the prompt cache too, as llama-server's `cache_prompt` keeps each slot's
-last prompt). Reported per policy: turn-1 and later-turn TTFT p50/p95, their ratio, and the
+last prompt). Whose cells a member may reuse (issue 26): `homeai` as configured
+(`scheduler.prompt_cache_shared`, false by default: each member reuses only its own
+prefixes, so the members' first turns each read the stable prompt), `homeai-shared` every
+member's (the opt-in, and homeai before issue 26), `homeai-public` per member with the stable
+prompt counted as text no member wrote (`Request.public_len`: a lane's configured prompt, the
+template's default system prompt), which every member may reuse. Reported per policy: turn-1 and later-turn TTFT p50/p95, their ratio, and the
 share of prompt tokens read from the cache. Output: `<out>/multiturn.json` and `.md`.
 """
 
@@ -29,7 +34,10 @@ from homeai.sched.request import Kind, Request, SamplingParams
 from homeai.sched.scheduler import SchedulerLimits
 from lanes.base import LanePolicy
 
-POLICIES = ("homeai", "homeai-no-reuse", "fifo", "static", "serial")
+POLICIES = ("homeai", "homeai-shared", "homeai-public", "homeai-no-reuse", "fifo", "static", "serial")
+# How each homeai variant's prompt cache differs from the configured one (`scheduler_limits`).
+CACHE = {"homeai-no-reuse": {"prompt_cache": False}, "homeai-shared": {"prompt_cache_shared": True},
+         "homeai-public": {"prompt_cache_shared": False}}
 
 
 @dataclass(frozen=True)
@@ -72,9 +80,9 @@ def _tokens(rng: random.Random, n: int) -> list[int]:
 def run_policy(policy: str, shape: Shape, lanes: dict[str, LanePolicy], limits: SchedulerLimits, runner, *,
                simulated: bool, max_seconds: float = 900.0) -> dict:
     """One policy over the conversations; its turns and prompt-cache figures."""
-    reuse = policy != "homeai-no-reuse"
     sched = make_scheduler("homeai" if policy.startswith("homeai") else policy, lanes,
-                           replace(limits, prompt_cache=reuse))
+                           replace(limits, **{"prompt_cache": True, **CACHE.get(policy, {})}))
+    public_len = shape.system_len if policy == "homeai-public" else 0
     runner.reset()
     clock = _VirtualClock() if simulated else _WallClock()
     t0 = clock.now()
@@ -90,7 +98,7 @@ def run_policy(policy: str, shape: Shape, lanes: dict[str, LanePolicy], limits: 
             if talk.live is None and talk.turns_done < shape.turns and now >= talk.ready_at:
                 talk.history += _tokens(rng, shape.user_len)
                 talk.live = Request(f"{talk.member}-t{talk.turns_done}", "chat", talk.member, list(talk.history),
-                                    now, params=params)
+                                    now, params=params, public_len=public_len)
                 talk.turns.append(Turn(talk.member, talk.turns_done, now, len(talk.history)))
                 sched.add_request(talk.live)
         busy = any(t.live is not None or t.turns_done < shape.turns for t in talks)
@@ -186,7 +194,19 @@ def findings(doc: dict) -> list[str]:
         if home and off and home["later_ttft_ms"]["p50"] and off["later_ttft_ms"]["p50"]:
             lines.append(f"{name}: later-turn TTFT p50 with reuse / without "
                          f"{home['later_ttft_ms']['p50'] / off['later_ttft_ms']['p50']:.3f}")
+        shared = r.get("homeai-shared")
+        for policy in ("homeai", "homeai-public"):
+            if shared and r.get(policy) and scenario["shape"]["members"] > 1:
+                lines.append(f"{name}: {policy} / homeai-shared, TTFT p50 turn 1 "
+                             f"{_ratio(r[policy], shared, 'turn1_ttft_ms')}, later turns "
+                             f"{_ratio(r[policy], shared, 'later_ttft_ms')}; prompt tokens cached "
+                             f"{r[policy]['hit_rate']} vs {shared['hit_rate']}")
     return lines
+
+
+def _ratio(a: dict, b: dict, key: str) -> str:
+    x, y = a[key]["p50"], b[key]["p50"]
+    return f"{x / y:.2f}x" if x and y else "n/a"
 
 
 def markdown(doc: dict, command: str, machine: str) -> str:
