@@ -349,6 +349,7 @@ def validate(cfg: Config, source: str) -> Config:
     _check(1 <= sc.min_chunk <= m.n_batch, source, "scheduler.min_chunk", "must be 1..model.n_batch")
     _check(sc.max_step_ms > 0, source, "scheduler.max_step_ms", "must be positive")
     _check(sc.prompt_cache_max_cells >= 0, source, "scheduler.prompt_cache_max_cells", "must be 0 or more")
+    _check(0 < sc.member_seq_share <= 1, source, "scheduler.member_seq_share", "must be in (0, 1]")
     _check(cfg.speech.device in ("cpu", "cuda", "auto"), source, "speech.device", "must be cpu, cuda or auto")
     _check(cfg.speech.workers >= 1, source, "speech.workers", "must be at least 1")
     _check(cfg.speech.max_utterance_s > 0, source, "speech.max_utterance_s", "must be positive")

@@ -55,6 +55,7 @@ def test_example_file_loads_and_documents_every_key():
     ("[lanes.chat]\nwieght = 1.0\n", "unknown key lanes.chat.wieght"),
     ("[lanes.chat]\nweight = 0\n", "lanes.chat.weight must be positive"),
     ("[scheduler]\nbackground_min_share = 1.5\n", "scheduler.background_min_share must be in [0, 1)"),
+    ("[scheduler]\nmember_seq_share = 0\n", "scheduler.member_seq_share must be in (0, 1]"),
     ("[model\n", "not valid TOML"),
     ("[server]\nmax_messages = 0\n", "server.max_messages must be at least 1"),
     ("[server]\nshutdown_grace_s = -1.0\n", "server.shutdown_grace_s must be 0 or more"),

@@ -495,7 +495,8 @@ def scheduler_limits(cfg, info=None) -> SchedulerLimits:
         embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, w_in=s.w_in, w_out=s.w_out,
         background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms,
         embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=m.interactive_n_ctx,
-        prompt_cache=s.prompt_cache, prompt_cache_max_cells=s.prompt_cache_max_cells)
+        prompt_cache=s.prompt_cache, prompt_cache_max_cells=s.prompt_cache_max_cells,
+        member_seq_share=s.member_seq_share)
 
 
 def create_engine(cfg, runner) -> Engine:

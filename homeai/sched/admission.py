@@ -5,14 +5,17 @@ decoding sequence for the next step, and with one cache for all, the sequence id
 keeps), and, for an interactive request, the readers keep their pace with it (`pacing.py`).
 With one cache for every lane, an interactive request that does not fit preempts background
 down to its minimum share (`share.py`). Once a request of a class is refused, a larger one of
-that class is not tried again in the same step.
+that class is not tried again in the same step. A member at its share of an interactive lane
+waits while another member's request waits there (`members.py`).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from dataclasses import replace
 from typing import Callable
 
+from homeai.sched.members import MemberShare
 from homeai.sched.pacing import Pacing
 from homeai.sched.policy import Policy
 from homeai.sched.pools import KVPools, Pool
@@ -24,8 +27,8 @@ from lanes.base import LanePolicy
 
 class Admission:
     def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
-                 pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool):
-        self.policies, self.waiting, self.pools = policies, waiting, pools
+                 pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool, members: MemberShare):
+        self.policies, self.waiting, self.pools, self.members = policies, waiting, pools, members
         self.pacing, self.share, self.policy, self.embed_chunked = pacing, share, policy, embed_chunked
         self._targets = {name: p.itl_target_ms for name, p in policies.items()}
 
@@ -34,6 +37,8 @@ class Admission:
         memo, interactive = step.admissions, request.interactive
         if not self.policy.admission_open(num_running=len(self.pools.running), num_admitted=memo.num_admitted,
                                           began_idle=step.began_idle):
+            return False
+        if interactive and not self.members.may_admit(request):
             return False
         if request.num_tokens >= memo.failed_need[interactive]:
             return False  # a smaller request of this class already could not get in this step
@@ -59,6 +64,22 @@ class Admission:
         self.pools.admit(request)
         request.admitted_time = request.admitted_time or step.now
         return True
+
+    def rebalance(self, step: Step, preempt: Callable[..., None]) -> None:
+        """At a step's start, before its facts: a member kept out of an interactive lane by another
+        member's many sequences gets a reader slot (`members.py`)."""
+        self.members.rebalance(step.eligible, lambda r: self.would_admit(r, step), lambda r: preempt(r, None))
+
+    def would_admit(self, request: Request, step: Step) -> bool:
+        """A waiting interactive request keeps the readers' pace and gets its cells (background giving way
+        where the lanes share a cache), one cell kept per decoding sequence."""
+        if not self.keeps_pace(request, step):
+            return False
+        decoding = Counter(self.pools.of(r) for r in self.pools.running if r.is_decoding)
+        if self.fits(request.num_tokens, True, replace(step, num_decoding=decoding)):
+            return True
+        victim = self.pools.victim(Pool.MAIN)
+        return not self.pools.separate and victim is not None and not victim.interactive and self.share.may_preempt()
 
     def keeps_pace(self, request: Request, step: Step) -> bool:
         memo: Admissions = step.admissions
@@ -94,9 +115,11 @@ class Admission:
             return True
         decoding = sum(1 for r in self.pools.running if r.is_decoding and r.interactive)
         for lane, queue in self.waiting.items():
-            if not queue or not self.policies[lane].interactive or not step.eligible(queue[0]):
+            if not queue or not self.policies[lane].interactive:
                 continue
-            head = queue[0]
+            head = next((r for r in queue if self.members.may_admit(r)), None)
+            if head is None or not step.eligible(head):
+                continue
             if self.pools.separate and not self.pools.fits(Pool.INTERACTIVE, head.num_tokens, decoding):
                 continue  # without a cache of its own, it may take background cells
             if self.keeps_pace(head, step):

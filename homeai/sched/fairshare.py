@@ -8,6 +8,8 @@ to the least counter of the pairs already backlogged, so nobody banks credit whi
 
 from __future__ import annotations
 
+from typing import Callable
+
 Key = tuple[str, str]
 
 
@@ -29,8 +31,10 @@ class FairShare:
                 self.counters[key] = max(self.counters.get(key, 0.0), floor)
         self.backlogged = set(keys)
 
-    def pick(self, keys) -> Key | None:
-        return min(keys, key=lambda k: (self.counters.get(k, 0.0), k), default=None)
+    def pick(self, keys, held: Callable[[Key], int] | None = None) -> Key | None:
+        """The pair with the least counter; on a tie (a newcomer is lifted to the least), the one
+        holding fewer sequences (`held`), so a member with nothing running goes before a busy one."""
+        return min(keys, key=lambda k: (self.counters.get(k, 0.0), held(k) if held else 0, k), default=None)
 
     def charge(self, key: Key, *, weight: float, num_in: int = 0, num_out: int = 0) -> None:
         cost = (self.w_in * num_in + self.w_out * num_out) / weight

@@ -2,8 +2,9 @@
 
 Candidates are each backlogged (lane, member) pair's requests in order (partial prefills,
 then eligible waiting), one class at a time; the best-priority lanes of a class go first and
-fair share picks the pair. A chunk smaller than the step's `min_chunk` is not worth placing
-unless it finishes its prompt. A policy may instead give one strict order that nothing overtakes.
+fair share picks the pair (on a tie, the interactive pair holding fewer sequences). A chunk
+smaller than the step's `min_chunk` is not worth placing unless it finishes its prompt. A policy
+may instead give one strict order that nothing overtakes.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Placement:
             if interactive:
                 best = min(self.policies[lane].priority for lane, _ in keys)
                 keys = [k for k in keys if self.policies[k[0]].priority == best]
-            key = self.fair.pick(keys)
+            key = self.fair.pick(keys, self.admission.members.num_held if interactive else None)
             request = candidates[key].popleft()
             if not candidates[key]:
                 del candidates[key]

@@ -18,7 +18,9 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
 
 An interactive request is admitted only while the readers keep their pace (`pacing.py`). KV
 admission reserves cells (`pools.py`); with one cache for every lane, an interactive request
-that cannot be admitted preempts the lowest-priority, latest-admitted background sequence.
+that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. In
+an interactive lane a member holds at most its share of the readers while another member's
+request waits there: the over-share member's newest sequence gives way (`members.py`).
 Every rule of a step reads one `Step`, fixed when the step begins; a hold on background (a
 voice turn's pause) is an input to `schedule()`. A `Policy` may change the candidates' order,
 admission and the budget (the benchmark's baselines do).
@@ -33,6 +35,7 @@ from dataclasses import dataclass, replace
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.fairshare import FairShare
+from homeai.sched.members import MemberShare
 from homeai.sched.pacing import Pacing
 from homeai.sched.placement import Placement, item
 from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult
@@ -78,6 +81,7 @@ class SchedulerLimits:
     # `prompt_cache_max_cells` a pool (0: whatever the live sequences leave free).
     prompt_cache: bool = False
     prompt_cache_max_cells: int = 0
+    member_seq_share: float = 0.5  # the most of an interactive lane's readers one member holds while others wait
     prompt_cache_shared: bool = False  # every member reuses every member's prefixes (else: per member, `prefix.py`)
 
 
@@ -98,8 +102,9 @@ class Scheduler:
                                      num_seqs=limits.num_seqs, num_cells=limits.num_cells,
                                      max_credit=max(limits.embed_max_tokens, limits.max_step_tokens))
         self.waiting: dict[str, deque[Request]] = {name: deque() for name in policies}
+        self.members = MemberShare(policies, self.waiting, self.pools, limits.member_seq_share)
         self.admission = Admission(policies, self.waiting, self.pools, self.pacing, self.share, policy,
-                                   limits.embed_chunked)
+                                   limits.embed_chunked, self.members)
         self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
         self.requests: dict[str, Request] = {}
@@ -220,12 +225,14 @@ class Scheduler:
     def _begin(self, now: float) -> tuple[Step, list[Request]]:
         """The step's facts, and the sequences decoding in it."""
         cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane in self.policies}
+        began_idle = not self.running  # an over-share member's newest may give way for another member
+        self.admission.rebalance(Step(now, self.cost, cutoffs, frozenset(), False, Admissions()), self._preempt)
         decoding = sorted((r for r in self.running if r.is_decoding), key=lambda r: not r.interactive)
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
         held = any(r.held for r in decoding if r.interactive)
         overdue = frozenset() if held else self.share.overdue([*self.running, *self.embedding], self.waiting, now)
-        step = Step(now, self.cost, cutoffs, overdue, not self.running, Admissions())
+        step = Step(now, self.cost, cutoffs, overdue, began_idle, Admissions())
         prompt = self.admission.prompt_can_go(step)
         background = sum(1 for r in decoding if not r.interactive)
         deferred = 0
@@ -261,7 +268,9 @@ class Scheduler:
     # ---- KV growth, preemption and finishing -------------------------------------------
 
     def _grow(self, request: Request, num_cells: int, plan: StepPlan | None) -> bool:
-        """Make room for a request's next tokens, preempting if its pool is full."""
+        """Make room for a request's next tokens, preempting if its pool is full (an over-share member first)."""
+        if not self.members.make_room(request, num_cells, lambda r: self._preempt(r, plan)):
+            return False
         grown, preempted = self.pools.grow(request, num_cells)
         for r in preempted:
             self._requeue(r, plan)

@@ -11,6 +11,7 @@ from homeai.sched.pacing import PaceTuning
 from homeai.sched.scheduler import QueueFull
 from tests.sched.helpers import (FakeRunner, create_request, create_scheduler, run_until_idle, step,
                                  token_for)
+from tests.sched.helpers import cpu_ms as _cpu, taught as _taught
 
 
 def test_chunked_prefill_stays_within_budget_and_never_skips_a_decode():
@@ -396,14 +397,6 @@ def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_backgro
     assert sched.pools.kv[Pool.MAIN].num_used_cells == 0 and sched.pools.kv[Pool.INTERACTIVE].num_used_cells == 0
 
 
-def _taught(sched, cost):
-    """The scheduler's cost model, taught a step cost function."""
-    for _ in range(50):
-        for shape in (StepShape(1, 100, 0.0, 1), StepShape(1, 10, 30.0, 5), StepShape(2, 40, 60.0, 2), StepShape(1, 8, 2.0, 8)):
-            sched.cost.observe(shape, cost(shape))
-    return sched
-
-
 def _reader_beside_document(interactive_cells, document_len, document_output=100, cost=None, num_cells=8192,
                             num_seqs=8, reader_prompt=10, reader_output=500):
     """A chat reader and a summary, both decoding (under a step cost function, if given)."""
@@ -451,10 +444,6 @@ def test_a_chat_that_cannot_get_cells_does_not_hold_background_decodes_back():
         assert background.request_id in {i.request_id for i in plan.items}
     run_until_idle(sched, runner, now)
     assert waiting.finished and background.finished
-
-
-def _cpu(shape):  # a CPU's step: 20 ms a decode call, 3 ms a token, 1 ms a token per thousand cells
-    return 20 * shape.decodes + 3 * shape.tokens + shape.token_kcells + 0.5 * shape.outputs
 
 
 def test_readers_admitted_at_once_keep_their_pace_as_they_grow():

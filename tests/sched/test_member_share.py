@@ -1,0 +1,183 @@
+"""A member's share of an interactive lane (`homeai/sched/members.py`): one member's flood of chats
+never keeps another member's chat out for long, a preempted answer comes out the same, waiting
+members take turns, and a lone member still uses every reader."""
+
+from __future__ import annotations
+
+import pytest
+
+from homeai.sched.request import Status
+from tests.sched.helpers import (FakeRunner, cpu_ms, create_request, create_scheduler, run_until_idle, step,
+                                 taught, token_for)
+
+
+def flooded(share=0.5, interactive_cells=8192, num_seqs=32, flood=30, max_tokens=300, warm_steps=150):
+    """alice's `flood` chats running and waiting at their readers' pace after `warm_steps` steps."""
+    sched = taught(create_scheduler(num_cells=8192, num_seqs=num_seqs, interactive_cells=interactive_cells,
+                                    member_seq_share=share), cpu_ms)
+    runner = FakeRunner(cost=cpu_ms)
+    alice = [create_request(lane="chat", member="alice", num_prompt=30, max_tokens=max_tokens) for _ in range(flood)]
+    for r in alice:
+        sched.add_request(r)
+    now = 0.0
+    for _ in range(warm_steps):
+        now = advance(sched, runner, now)
+    return sched, runner, alice, now
+
+
+def advance(sched, runner, now):
+    plan, _ = step(sched, runner, now)
+    return now + cpu_ms(plan.shape) / 1000.0
+
+
+def steps_until(sched, runner, now, done, limit=2000):
+    for n in range(limit):
+        if done():
+            return n, now
+        now = advance(sched, runner, now)
+    raise AssertionError(f"not within {limit} steps")
+
+
+@pytest.mark.parametrize("interactive_cells", [8192, 0])
+def test_a_member_arriving_beside_a_flood_gets_a_reader_at_once(interactive_cells):
+    sched, runner, alice, now = flooded(interactive_cells=interactive_cells)
+    assert sched.num_waiting("chat") > 0, "the readers' pace holds part of alice's flood back"
+    readers = len(sched.running)
+    bob = create_request(lane="chat", member="bob", num_prompt=40, max_tokens=20, arrival=now)
+    sched.add_request(bob)
+    admitted, now = steps_until(sched, runner, now, lambda: bob.status is Status.RUNNING)
+    assert admitted <= 2, "bob waits a step or two, not for alice's answers to end"
+    preempted = [r for r in alice if r.num_preemptions]
+    assert preempted and len(sched.running) <= readers, "alice's newest gave way: the readers stay at their pace"
+    newest = [r for r in sched.running if r.member == "alice"][-1]
+    assert all(p.admitted_time >= newest.admitted_time for p in preempted)
+    first, now = steps_until(sched, runner, now, lambda: bool(bob.output_tokens))
+    queued = [r for r in alice if r.admitted_time is None]
+    assert queued, "bob's first token comes before most of alice's queue is even let in"
+
+
+def test_without_a_share_the_newcomer_waits_for_the_flood():
+    """The control: with the whole lane open to one member (share 1), bob waits for alice's answers to end."""
+    sched, runner, alice, now = flooded(share=1.0)
+    bob = create_request(lane="chat", member="bob", num_prompt=40, max_tokens=20, arrival=now)
+    sched.add_request(bob)
+    admitted, _ = steps_until(sched, runner, now, lambda: bob.status is Status.RUNNING)
+    assert admitted > 20 and not any(r.num_preemptions for r in alice)
+
+
+def test_the_preempted_answers_come_out_the_same():
+    sched, runner, alice, now = flooded(flood=16, max_tokens=80, warm_steps=40)
+    bobs = [create_request(lane="chat", member="bob", num_prompt=40, max_tokens=30, arrival=now) for _ in range(3)]
+    for r in bobs:
+        sched.add_request(r)
+    run_until_idle(sched, runner, now)
+    preempted = [r for r in alice if r.num_preemptions]
+    assert preempted, "alice gave way to bob"
+    for r in alice + bobs:
+        assert r.finish_reason == "length"
+        assert r.output_tokens == [token_for(r.request_id, r.num_prompt_tokens + k) for k in range(r.max_tokens)]
+
+
+def test_a_member_holds_at_most_its_share_while_another_waits():
+    """bob asks for as many as alice: each ends up with half the readers, not alice's head start."""
+    sched, runner, alice, now = flooded(flood=20)
+    bobs = [create_request(lane="chat", member="bob", num_prompt=30, max_tokens=300, arrival=now) for _ in range(20)]
+    for r in bobs:
+        sched.add_request(r)
+    for _ in range(20):
+        now = advance(sched, runner, now)
+    held = {m: sum(1 for r in sched.running if r.member == m) for m in ("alice", "bob")}
+    assert abs(held["alice"] - held["bob"]) <= 1, held
+
+
+def test_waiting_members_take_fair_turns():
+    """Three members' queues, one sequence id freed at a time: they are let in in turns."""
+    sched, runner = create_scheduler(num_seqs=3), FakeRunner()
+    for member in ("alice", "bob", "carol"):
+        for _ in range(6):
+            sched.add_request(create_request(lane="chat", member=member, num_prompt=20, max_tokens=6))
+    requests = list(sched.requests.values())
+    run_until_idle(sched, runner)
+    order = [r.member for r in sorted(requests, key=lambda r: (r.admitted_time, r.request_id))]
+    for i in range(0, len(order), 3):
+        assert sorted(order[i:i + 3]) == ["alice", "bob", "carol"], order
+
+
+def test_a_newcomer_goes_before_a_busy_members_queue():
+    """alice holds every sequence id and more of hers wait: bob's one request goes next, ahead of
+    her queue, and one of hers gives way for it."""
+    sched, runner = create_scheduler(num_seqs=4), FakeRunner()
+    alice = [create_request(lane="chat", member="alice", num_prompt=20, max_tokens=40) for _ in range(10)]
+    for r in alice:
+        sched.add_request(r)
+    now = 0.0
+    for _ in range(10):
+        now = advance(sched, runner, now)
+    assert len(sched.running) == 4 and sched.num_waiting("chat") == 6
+    bob = create_request(lane="chat", member="bob", num_prompt=20, max_tokens=5, arrival=now)
+    sched.add_request(bob)
+    admitted, now = steps_until(sched, runner, now + 0.01, lambda: bob.status is Status.RUNNING)
+    assert admitted <= 1 and sum(r.num_preemptions for r in alice) == 1
+    assert [r for r in sched.running if r.member == "alice"] and sched.num_waiting("chat") == 7
+
+
+def test_a_lone_member_uses_every_reader():
+    capped, runner, alice, _ = flooded(share=0.5)
+    uncapped, _, _, _ = flooded(share=1.0)
+    assert len(capped.running) == len(uncapped.running) > 2
+    assert not any(r.num_preemptions for r in alice)
+
+
+def test_a_members_long_answers_filling_the_cache_preempt_her_own_newest_not_another_members():
+    """alice's answers grow past the interactive cache: her own newest gives way, never bob's
+    chat, which was admitted last (the pool's own rule would pick it)."""
+    for share, bob_preempted in ((0.5, False), (1.0, True)):
+        sched, runner, alice, now = flooded(share=share, interactive_cells=1500, flood=8, warm_steps=30)
+        assert sched.num_waiting("chat") == 0
+        bob = create_request(lane="chat", member="bob", num_prompt=40, max_tokens=250, arrival=now)
+        sched.add_request(bob)
+        run_until_idle(sched, runner, now)
+        assert bob.finished and all(r.finished for r in alice)
+        assert bool(bob.num_preemptions) is bob_preempted, share
+        expected = [token_for(bob.request_id, 40 + k) for k in range(250)]
+        assert bob.output_tokens == expected
+
+
+def test_on_a_fair_share_tie_the_member_holding_fewer_goes_first():
+    """With no cap at all (share 1), a newcomer lifted to the busy member's counter still goes
+    first on the tie: it holds nothing."""
+    sched, runner = create_scheduler(num_seqs=4, member_seq_share=1.0), FakeRunner()
+    alice = [create_request(lane="chat", member="alice", num_prompt=20, max_tokens=5 if i == 0 else 40)
+             for i in range(10)]
+    for r in alice:
+        sched.add_request(r)
+    now = 0.0
+    while not alice[0].finished:
+        now = advance(sched, runner, now)
+    bob = create_request(lane="chat", member="bob", num_prompt=20, max_tokens=5, arrival=now - 0.01)
+    sched.add_request(bob)
+    advance(sched, runner, now)
+    assert bob.status is Status.RUNNING and sched.num_waiting("chat") == 6  # all of them alice's
+
+
+def test_a_members_earlier_use_does_not_keep_its_chat_out_of_a_flooded_lane():
+    """bob used the lane alone earlier (a high fair-share counter); alice floods it now. bob's chat
+    still gets a reader at once: alice's preempted answer does not take the slot straight back."""
+    sched = taught(create_scheduler(num_cells=8192, num_seqs=32, interactive_cells=8192), cpu_ms)
+    runner = FakeRunner(cost=cpu_ms)
+    earlier = [create_request(lane="chat", member="bob", num_prompt=200, max_tokens=300) for _ in range(4)]
+    for r in earlier:
+        sched.add_request(r)
+    now = run_until_idle(sched, runner)
+    alice = [create_request(lane="chat", member="alice", num_prompt=30, max_tokens=300, arrival=now)
+             for _ in range(30)]
+    for r in alice:
+        sched.add_request(r)
+    for _ in range(150):
+        now = advance(sched, runner, now)
+    assert sched.fair.counter(("chat", "bob")) > sched.fair.counter(("chat", "alice"))
+    bob = create_request(lane="chat", member="bob", num_prompt=40, max_tokens=20, arrival=now)
+    sched.add_request(bob)
+    admitted, now = steps_until(sched, runner, now, lambda: bob.status is Status.RUNNING)
+    assert admitted <= 2
+    assert sum(r.num_preemptions for r in alice) <= 3, "no member's answer goes back and forth"
