@@ -7,6 +7,9 @@ every line passes through: uvicorn's access and error loggers, homeai's own logg
 warnings of every other library (the root logger). A redacted line keeps its shape:
 
     "WebSocket /v1/voice?token=[redacted]" [accepted]
+
+A token is found in any case ("HAI_...") and percent-encoded too ("hai%5F...", even twice): a
+line that hides one behind percent-encoding is written decoded, with the secret cut.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+from urllib.parse import unquote
 
 from uvicorn.config import LOGGING_CONFIG
 
@@ -24,12 +28,26 @@ SECRETS = (
     # an Authorization header, however it is printed: "Authorization: Basic ...", {'authorization': '...'}
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n,}]+"), r"\1" + REDACTED),
     (re.compile(r"(?i)\b(bearer\s+)[^\s\"',;}]+"), r"\1" + REDACTED),
-    # a member token wherever else it appears (a path, an error message)
-    (re.compile(r"\bhai_[A-Za-z0-9_-]+"), "hai_" + REDACTED),
+    # a member token wherever else it appears (a path, an error message), in any case: "HAI_..."
+    (re.compile(r"(?i)(?<![a-z0-9])hai_[A-Za-z0-9_-]+"), "hai_" + REDACTED),
 )
+MAX_DECODES = 3  # percent-decoding rounds: "hai%255F..." is "hai_..." encoded twice
 
 
 def redact(text: str) -> str:
+    """`text` with its secrets cut, also those percent-encoded ("hai%5F...", "token%3D..."): a line
+    hiding one is written decoded, with the secret cut."""
+    decoded = text
+    for _ in range(MAX_DECODES):
+        decoded, previous = unquote(decoded, errors="replace"), decoded
+        if decoded == previous:
+            break
+    if decoded != text and _redact_plain(decoded) != decoded:
+        return _redact_plain(decoded)  # decoded whole: a token's tail may be encoded ("hai_abc%2Ddef")
+    return _redact_plain(text)
+
+
+def _redact_plain(text: str) -> str:
     for pattern, replacement in SECRETS:
         text = pattern.sub(replacement, text)
     return text

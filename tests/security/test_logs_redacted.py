@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from homeai.logs import RedactSecrets
+from homeai.logs import RedactSecrets, redact
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import add_member
 from tests.api.conftest import TIMEOUT
@@ -58,6 +58,11 @@ def served_log(tmp_path_factory):
             assert http.get(f"/v1/models?access_token={WRONG}&api_key={token}").status_code == 401
             assert http.get(f"/api/conversations/{token}").is_client_error
             assert http.get("/v1/models", headers={"Authorization": f"Bearer {WRONG}"}).status_code == 401
+            body = token[4:]  # the token's secret part, written as a careless or hostile client may
+            assert http.get(f"/api/conversations/HAI_{body}").is_client_error  # upper case
+            assert http.get(f"/v1/models?q=hai%5F{body}").status_code == 401  # percent-encoded
+            assert http.get(f"/v1/models?q=hai%255F{body}").status_code == 401  # encoded twice
+            assert http.get(f"/v1/models?q=%68%61%69%5F{body[:8]}%2D{body[8:]}").status_code == 401  # all of it
         assert served.terminate() == 0
         yield served.output(), (token, WRONG)
 
@@ -70,6 +75,23 @@ def test_tokens_in_query_strings_and_paths_are_redacted(served_log):
     assert '"GET /v1/models?token=[redacted] HTTP/1.1" 401' in log, log
     assert "/v1/models?access_token=[redacted]&api_key=[redacted]" in log, log
     assert "/api/conversations/hai_[redacted]" in log, log
+    assert log.count("/v1/models?q=hai_[redacted]") >= 3, log  # the encoded ones, written decoded
+
+
+@pytest.mark.parametrize("line, kept", [
+    ("GET /api/conversations/HAI_{body} 404", "GET /api/conversations/hai_[redacted] 404"),
+    ("GET /v1/models?q=hai%5F{body} HTTP/1.1", "GET /v1/models?q=hai_[redacted] HTTP/1.1"),
+    ("GET /v1/models?q=hai%5f{body}", "GET /v1/models?q=hai_[redacted]"),  # lower-case escapes too
+    ("GET /v1/models?q=Hai%255F{body}", "GET /v1/models?q=hai_[redacted]"),  # encoded twice
+    ("/x?q=hai_{body}%2Dtail%20end", "/x?q=hai_[redacted] end"),  # the token's tail encoded
+    ("/x?TOKEN%3D{body}&y=1", "/x?TOKEN=[redacted]&y=1"),  # the name encoded
+    ("Authorization:%20Bearer%20{body}", "Authorization: [redacted]"),
+    ("/files/a%20b.txt 200", "/files/a%20b.txt 200"),  # no secret: the line keeps its escapes
+    ("a chai_latte and hai_", "a chai_latte and hai_"),  # not a token: nothing follows, or a word before
+])
+def test_redaction_ignores_case_and_percent_encoding(line, kept):
+    body = "s3cret-Tok_en" * 3
+    assert redact(line.format(body=body)) == kept
 
 
 def test_messages_arguments_and_tracebacks_are_redacted(tmp_path):
