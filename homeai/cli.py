@@ -2,7 +2,8 @@
 
     homeai serve [--config FILE] [--host H] [--port P]
     homeai doctor [--config FILE]
-    homeai members add NAME [--admin] [--lane LANE] | lane NAME [LANE] | list | revoke NAME | revoke --prefix PREFIX
+    homeai members add NAME [--admin] [--lane LANE] [--lanes LANE,...] | lane NAME [LANE] | lanes NAME LANE,...
+                   | list | revoke NAME | revoke --prefix PREFIX
     homeai index [PATH...] [--no-summaries]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
     homeai bench grammar [--seqs 1,8] [--tokens 64] [--reps 3]
@@ -56,10 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     add = msub.add_parser("add", help="add a member and print a new token")
     add.add_argument("name")
     add.add_argument("--admin", action="store_true")
-    add.add_argument("--lane", help="the member's default lane, for requests that name none (e.g. voice)")
+    add.add_argument("--lane", help="the member's default lane, for requests that name none (e.g. voice: "
+                     "then they may use voice too)")
+    add.add_argument("--lanes", help="the lanes the member may use, comma-separated (default: chat,summaries,"
+                     "indexing,embeddings and the --lane; admins may use every lane)")
     lane = msub.add_parser("lane", help="set a member's default lane (none given: clear it)")
     lane.add_argument("name")
     lane.add_argument("lane", nargs="?")
+    lanes = msub.add_parser("lanes", help="set the lanes a member may use, e.g. chat,voice")
+    lanes.add_argument("name")
+    lanes.add_argument("lanes")
     token = msub.add_parser("token", help="print one more token for a member")
     token.add_argument("name")
     msub.add_parser("list", help="list members and their token prefixes")
@@ -138,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, grammar, voice, neighbour, http, multi, rmodel, add, lane, token, revoke,
-              *workloads):
+    for p in (serve, doctor, members, bench, engine, grammar, voice, neighbour, http, multi, rmodel, add, lane, lanes, token,
+              revoke, *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -176,17 +183,22 @@ def cmd_members(cfg: config_mod.Config, args) -> int:
         try:
             if args.action == "add":
                 member, token = members.add_member(session, name=args.name, admin=args.admin,
-                                                   lane=_known_lane(cfg, args.lane))
-                print(f"added {member.name} ({member.role}); token (shown once): {token}")
+                                                   lane=_known_lane(cfg, args.lane), lanes=_lane_list(args.lanes))
+                print(f"added {member.name} ({member.role}, lanes: {_lanes_text(members, member)}); "
+                      f"token (shown once): {token}")
             elif args.action == "lane":
                 members.set_default_lane(session, name=args.name, lane=_known_lane(cfg, args.lane))
                 print(f"{args.name}'s default lane: {args.lane or '(none)'}")
+            elif args.action == "lanes":
+                allowed = members.set_lanes(session, name=args.name, lanes=_lane_list(args.lanes))
+                print(f"{args.name} may use: {','.join(allowed)}")
             elif args.action == "token":
                 print(members.add_token(session, name=args.name))
             elif args.action == "list":
                 for m in members.list_members(session):
                     lane = f"lane: {m.settings.default_lane}  " if m.settings and m.settings.default_lane else ""
-                    print(f"{m.name:20} {m.role:7} {lane}tokens: {', '.join(m.active_prefixes) or '-'}")
+                    print(f"{m.name:20} {m.role:7} {lane}lanes: {_lanes_text(members, m)}  "
+                          f"tokens: {', '.join(m.active_prefixes) or '-'}")
             elif args.action == "revoke":
                 if not args.name and not args.prefix:
                     print("homeai: revoke needs a NAME or --prefix", file=sys.stderr)
@@ -203,6 +215,15 @@ def _known_lane(cfg: config_mod.Config, lane: str | None) -> str | None:
     if lane is not None and lane not in cfg.lanes:
         raise ValueError(f"unknown lane {lane!r} (known: {', '.join(cfg.lanes)})")
     return lane
+
+
+def _lane_list(text: str | None) -> list[str] | None:
+    """`--lanes chat,voice` as a list (the store checks the names); None when not given."""
+    return None if text is None else [lane for lane in text.split(",") if lane.strip()]
+
+
+def _lanes_text(members, member) -> str:
+    return "all" if member.is_admin else ",".join(members.allowed_lanes(member))
 
 
 def cmd_bench(cfg: config_mod.Config, args) -> int:

@@ -126,6 +126,7 @@ class WyomingConfig:
     max_connections: int = 16  # open connections at once; more are closed at once
     max_connections_per_address: int = 4  # open connections from one client address
     max_audio_bytes: int = 3_000_000  # audio one connection may buffer (about 30 s at 48 kHz mono PCM16)
+    member: str = ""  # the member Wyoming clients act as: it must be allowed the voice lane; "": no check
 
 
 @dataclass(frozen=True)

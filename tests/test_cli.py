@@ -49,3 +49,43 @@ def test_members_add_list_revoke(tmp_path):
     out = homeai("--config", str(cfg), "members", "revoke", "alice")
     assert out.returncode == 0 and "revoked 1" in out.stdout
     assert token[:12] not in homeai("--config", str(cfg), "members", "list").stdout
+
+
+def listed_lanes(cfg, name: str) -> str:
+    """The `lanes:` field of `name`'s line in `homeai members list`."""
+    line = next(line for line in homeai("--config", str(cfg), "members", "list").stdout.splitlines()
+                if line.split()[0] == name)
+    return line.split("lanes: ")[1].split()[0]
+
+
+def test_members_lanes_are_set_at_add_shown_and_changed(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[database]\nurl = \"sqlite:///{tmp_path / 'h.db'}\"\n")
+
+    def run(*args):
+        return homeai("--config", str(cfg), "members", *args)
+
+    assert run("add", "bob").returncode == 0
+    assert run("add", "ha", "--lane", "voice").returncode == 0  # a voice default lane brings voice
+    out = run("add", "kid", "--lanes", "chat,embeddings")
+    assert out.returncode == 0 and "lanes: chat,embeddings" in out.stdout, out
+    assert run("add", "root", "--admin").returncode == 0
+    assert listed_lanes(cfg, "bob") == "chat,summaries,indexing,embeddings"
+    assert listed_lanes(cfg, "ha") == "voice,chat,summaries,indexing,embeddings"
+    assert listed_lanes(cfg, "kid") == "chat,embeddings"
+    assert listed_lanes(cfg, "root") == "all"
+
+    out = run("lanes", "bob", "chat,voice")
+    assert out.returncode == 0 and "bob may use: voice,chat" in out.stdout, out
+    assert listed_lanes(cfg, "bob") == "voice,chat"
+    out = run("lanes", "bob", "chat,nowhere")
+    assert out.returncode == 1 and "unknown lane 'nowhere'" in out.stderr, out
+    out = run("lane", "kid", "voice")  # a default lane the member may not use is refused
+    assert out.returncode == 1 and "may not use lane 'voice'" in out.stderr and "chat, embeddings" in out.stderr
+    out = run("add", "eve", "--lane", "voice", "--lanes", "chat")
+    assert out.returncode == 1 and "may not use lane 'voice'" in out.stderr, out
+    out = run("lanes", "ha", "chat")  # ha's default lane is voice: clear or change it first
+    assert out.returncode == 1 and "default lane 'voice'" in out.stderr, out
+    out = run("lanes", "root", "chat")
+    assert out.returncode == 1 and "admin" in out.stderr, out
+    assert "eve" not in homeai("--config", str(cfg), "members", "list").stdout

@@ -133,6 +133,7 @@ EVERY_OPERATION = {"413": "The request body is too large", "503": "Not loaded ye
 DISPATCHED = {"404": "The model does not exist", "429": "The lane's queue is full (Retry-After)",
               "502": "The lane's remote server failed", "504": "The lane's remote server did not answer in time"}
 DISPATCHED_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings")
+LANE_CHECKED = ("/messages", "/regenerate")  # the household's answers, on the chat lane without a lane header
 
 
 def _document_errors(doc: dict) -> dict:
@@ -160,6 +161,8 @@ def _error_responses(path: str, operation: dict) -> None:
         statuses["404"] = "Not found"
     if path in DISPATCHED_PATHS:
         statuses.update(DISPATCHED)
+    if path.endswith(LANE_CHECKED) or any(p.get("name") == "X-HomeAI-Lane" for p in operation.get("parameters", ())):
+        statuses["403"] = "A lane the member may not use (the message names those they may)"
     ref = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for status, description in statuses.items():
         responses.setdefault(status, {"description": description, "content": ref})

@@ -15,6 +15,7 @@ An answer streams as server-sent events, `data: {json}` with a `type` (the voice
 {message, finish_reason: stop | length | abort, usage, replaces} or `error` {error}. The answer
 is stored when it ends, however it ends: a stop keeps what was said so far. Closing the
 stream aborts the sequence, and so does `/stop`; one answer per conversation at a time.
+Answers are on the chat lane: a member who may not use it gets a 403 naming the lanes they may.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pydantic import Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from homeai.api.auth import Caller, CurrentMember
+from homeai.api.auth import Caller, CurrentMember, allow_lane
 from homeai.api.deps import EngineDep, RuntimeDep
 from homeai.api.errors import ApiError, error_body
 from homeai.api.limits import check_generation
@@ -264,6 +265,7 @@ class Answer:
 
 async def _answer(runtime, engine: Engine, inflight: Inflight, member: Caller, conversation_id: int,
                   prepare: Callable[[asyncio.AbstractEventLoop], Answer]) -> StreamingResponse:
+    allow_lane(member, LANE)  # a member who may not use the chat lane gets a 403 naming theirs
     key = (member.name, conversation_id)
     slot = inflight.claim(key)
     loop = asyncio.get_running_loop()

@@ -3,7 +3,8 @@
 `/api/version`, `/api/tags`, `/api/show`, `/api/ps`, `/api/pull` (the served model answers
 success, nothing is downloaded), `/api/chat`, `/api/generate` and `/api/embed`. Generation goes
 through the same lanes as everywhere: the `X-HomeAI-Lane` header, else the member's default
-lane (`homeai members add ha --lane voice`), else chat; embeddings on the embeddings lane.
+lane (`homeai members add ha --lane voice`), else chat; embeddings on the embeddings lane
+(a lane the member may not use: 403, `auth.lane_for`).
 Work is queued by `homeai.api.submit` (fair share, queues, 429 with `Retry-After`).
 
 Answers are Ollama's: NDJSON (`application/x-ndjson`, one object a line) when `stream` is true,
@@ -38,7 +39,7 @@ from starlette.exceptions import HTTPException
 
 from homeai import __version__
 from homeai.api import ollama_models
-from homeai.api.auth import CurrentMember, current_member
+from homeai.api.auth import CurrentMember, current_member, lane_for
 from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep
 from homeai.api.errors import ApiError
 from homeai.api.limits import check_generation
@@ -50,7 +51,6 @@ from homeai.api.submit import off_loop, submit
 from homeai.engine.engine import Engine, FinishEvent, RequestStream, TokenEvent
 from homeai.sched.request import Grammar
 from homeai.tools import ToolCall, ToolError, ToolPlan, ollama_format_grammar
-from homeai.store.members import default_lane
 from lanes.base import LanePolicy
 
 log = logging.getLogger("homeai.api")
@@ -142,12 +142,8 @@ router = APIRouter(prefix="/api", tags=["ollama"], route_class=OllamaRoute, resp
 
 
 def generation_lane(runtime: RuntimeDep, member: CurrentMember, lane_header: LaneHeader = None) -> str:
-    """The header's lane, else the member's default lane, else chat. A plain function: FastAPI runs
-    it in a worker thread, off the event loop (it may query the store)."""
-    if lane_header:
-        return lane_header
-    with runtime.sessions() as session:
-        return default_lane(session, member_id=member.member_id) or "chat"
+    """The header's lane, else the member's default lane, else chat; one they may use."""
+    return lane_for(runtime, member, lane_header, member.default_lane or "chat")[0]
 
 
 GenerationLane = Annotated[str, Depends(generation_lane)]
@@ -353,7 +349,7 @@ async def embed(body: EmbedRequest, request: Request, runtime: RuntimeDep, engin
     """Ollama's embeddings: one L2-normalised vector per input, from the embeddings lane."""
     started = time.perf_counter_ns()
     model = _model(runtime, body.model, "embed")
-    lane = lane_header or "embeddings"
+    lane = lane_for(runtime, member, lane_header, "embeddings")[0]
     policy = _policy(runtime, lane)
     inputs = body.inputs()
     if not inputs or len(inputs) > policy.max_queue:
@@ -419,12 +415,10 @@ def _not_found(name: str) -> str:
 
 
 def _policy(runtime, lane: str) -> LanePolicy:
-    policy = runtime.cfg.lanes.get(lane)
-    if policy is None:
-        raise ApiError(400, f"unknown lane {lane!r} (known: {', '.join(runtime.cfg.lanes)})")
+    """The policy of `lane`, a lane the member may use (`lane_for`), once known to be served here."""
     if runtime.remotes.get(lane) is not None:
         raise ApiError(400, f"lane {lane!r} is served by a remote server; use the OpenAI API (/v1) for it")
-    return policy
+    return runtime.cfg.lanes[lane]
 
 
 def _context_length(engine: Engine) -> int:

@@ -1,10 +1,11 @@
 """OpenAI-compatible routes: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models`.
 
 A route resolves the lane (body `lane`, else the `X-HomeAI-Lane` header, else the endpoint's
-default), checks the client's limits, and hands `dispatch.serve` its local answer: the model
-and the sampling parameters resolved, submitted to the engine, and what comes back shaped.
-A lane served by a remote server (`[remote.<lane>]`) is forwarded there instead.
-Submitting goes through `homeai.api.submit` (off the event loop, refusals as API errors).
+default; one the member may not use is a 403: `auth.lane_for`), checks the client's limits,
+and hands `dispatch.serve` its local answer: the model and the sampling parameters resolved,
+submitted to the engine, and what comes back shaped. A lane served by a remote server
+(`[remote.<lane>]`) is forwarded there instead. Submitting goes through `homeai.api.submit`
+(off the event loop, refusals as API errors).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from fastapi.responses import JSONResponse, Response
 
 from homeai import tools
 from homeai.api import dispatch
-from homeai.api.auth import CurrentMember, current_member
+from homeai.api.auth import CurrentMember, current_member, lane_for
 from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep, get_engine
 from homeai.api.errors import ApiError
 from homeai.api.limits import check_generation
@@ -31,7 +32,6 @@ from homeai.api.submit import off_loop, submit
 from homeai.engine.engine import Engine, RequestStream
 from homeai.sched.request import Grammar, Kind
 from lanes import chat as chat_lane
-from lanes.base import LanePolicy
 
 router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(current_member)])
 
@@ -46,7 +46,7 @@ def list_models(runtime: RuntimeDep, _engine: EngineDep) -> dict:
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request, runtime: RuntimeDep,
                            member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    lane, policy = _lane(runtime, body.lane or lane_header, "chat")
+    lane, policy = lane_for(runtime, member, body.lane or lane_header, "chat")
     max_tokens_param = "max_completion_tokens" if body.max_completion_tokens else "max_tokens"
     check_generation(runtime.cfg.server, max_tokens=body.max_completion_tokens or body.max_tokens,
                      num_messages=len(body.messages), max_tokens_param=max_tokens_param)
@@ -102,7 +102,7 @@ async def _documents(request: Request, messages: list[dict]) -> tuple[str, list[
 @router.post("/completions")
 async def completions(body: CompletionRequest, request: Request, runtime: RuntimeDep,
                       member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    lane, policy = _lane(runtime, body.lane or lane_header, "chat")
+    lane, policy = lane_for(runtime, member, body.lane or lane_header, "chat")
     check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
 
     async def local(fallback: bool) -> Response:
@@ -126,7 +126,7 @@ async def completions(body: CompletionRequest, request: Request, runtime: Runtim
 @router.post("/embeddings")
 async def embeddings(body: EmbeddingRequest, request: Request, runtime: RuntimeDep,
                      member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    lane, policy = _lane(runtime, body.lane or lane_header, "embeddings")
+    lane, policy = lane_for(runtime, member, body.lane or lane_header, "embeddings")
     inputs = body.inputs()
     if len(inputs) > policy.max_queue:
         raise ApiError(400, f"{len(inputs)} inputs, but lane {lane!r} queues at most {policy.max_queue}",
@@ -209,16 +209,6 @@ def _model(runtime, requested: str | None, purpose: str) -> str:
         raise ApiError(404, f"the model {requested!r} does not exist; this server serves {served!r}",
                        code="model_not_found", param="model")
     return model
-
-
-def _lane(runtime, name: str | None, default: str) -> tuple[str, LanePolicy]:
-    lane = name or default
-    policies = runtime.cfg.lanes
-    policy = policies.get(lane)
-    if policy is None:
-        raise ApiError(400, f"unknown lane {lane!r} (known: {', '.join(policies)})", code="unknown_lane",
-                       param="lane")
-    return lane, policy
 
 
 def _submit_embeds(engine: Engine, inputs: list, lane: str, member: str, loop) -> list[RequestStream]:

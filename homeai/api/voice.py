@@ -18,11 +18,13 @@ engine and stores the exchange. New speech, `response.cancel` or a new `session.
 cancels the turn and aborts its sequence, which the engine frees within one step. Every
 accepted utterance ends with exactly one `response.done` or `error`. The socket is closed
 with 4401 without a valid token when auth is required, or once its token is revoked (checked
-every few seconds and before each turn: `homeai.api.revocation`), and with 4429 when the
-member already holds `server.max_websockets_per_member` sockets, or when its client address
-already has `server.max_unauthenticated_websockets_per_address` sockets waiting for a token;
-a page of another origin gets a 403 at the handshake (`homeai.api.origin`). A session that
-fails unexpectedly is closed with 1011, never dropped.
+every few seconds and before each turn: `homeai.api.revocation`), with 4403 after an `error`
+{code: lane_not_allowed} at `session.start` when the member may not use the voice lane
+(`homeai members lanes`), and with 4429 when the member already holds
+`server.max_websockets_per_member` sockets, or when its client address already has
+`server.max_unauthenticated_websockets_per_address` sockets waiting for a token; a page of
+another origin gets a 403 at the handshake (`homeai.api.origin`). A session that fails
+unexpectedly is closed with 1011, never dropped.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from homeai import tools as tool_calling
-from homeai.api.auth import Caller, bearer, caller_of
+from homeai.api.auth import Caller, allow_lane, bearer, caller_of
 from homeai.api.errors import ApiError
 from homeai.api.limits import TooMany
 from homeai.api.revocation import Hold, Revocations, revoked_tokens
@@ -67,7 +69,7 @@ LANE = "voice"
 MAX_MESSAGE_BYTES = 256 * 1024
 AUTH_TIMEOUT_S = 10.0  # an unauthenticated socket must send session.start with a token by then
 PRE_ROLL_S = 1.0  # with server VAD, the audio kept from before the speech starts
-CLOSE_UNAUTHORIZED, CLOSE_TOO_MANY, CLOSE_INTERNAL_ERROR = 4401, 4429, 1011
+CLOSE_UNAUTHORIZED, CLOSE_FORBIDDEN, CLOSE_TOO_MANY, CLOSE_INTERNAL_ERROR = 4401, 4403, 4429, 1011
 LANGUAGE = re.compile(r"^[a-z]{2,3}$")
 MAX_TOOL_ROUNDS = 4  # calls and results in one turn before the answer must be in words
 TOOL_RESULT_TIMEOUT_S = 60.0  # a client that never answers a call ends its turn with an error
@@ -232,6 +234,7 @@ class VoiceSession:
             raise Unauthorized("token must be a string")
         if token or self.caller is None:
             await self._authenticate(token)
+        await self._allow_voice()
         settings = _settings(message)
         stt = _speech(self.runtime)
         if self.runtime.engine is None:
@@ -250,6 +253,14 @@ class VoiceSession:
                          "language": settings.language, "vad": settings.vad,
                          "conversation_id": settings.conversation_id, "max_utterance_s": limit_s,
                          "max_message_bytes": MAX_MESSAGE_BYTES})
+
+    async def _allow_voice(self) -> None:
+        """A member who may not use the voice lane is told so (an `error` naming their lanes), then closed 4403."""
+        try:
+            allow_lane(self.caller, LANE)
+        except ApiError as e:
+            await self.send({"type": "error", "code": e.code, "message": e.message})
+            raise CloseSocket(CLOSE_FORBIDDEN, "the voice lane is not one this member may use") from None
 
     async def _on_audio(self, data: bytes) -> None:
         if self.caller is None:

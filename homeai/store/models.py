@@ -88,12 +88,16 @@ class Member(Base):
 
 
 class MemberSettings(Base):
-    """A member's preferences, beside the row authentication reads (a member with none has no row)."""
+    """A member's default lane and the lanes they may use, beside the row authentication reads
+    (every member who is not an admin has a row)."""
 
     __tablename__ = "member_settings"
 
     member_id: Mapped[int] = mapped_column(ForeignKey("members.id", ondelete="CASCADE"), primary_key=True)
     default_lane: Mapped[str | None] = mapped_column(String(16))  # None: each endpoint's own default
+    # The lanes the member may use, comma-separated ("chat,summaries,indexing,embeddings"); None for
+    # an admin, who may use every lane (`homeai.store.members.allowed_lanes`).
+    lanes: Mapped[str | None] = mapped_column(String(128))
 
 
 class Token(Base):

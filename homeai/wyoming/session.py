@@ -13,7 +13,8 @@ with the engine's background lanes held like a voice turn holds them (`speech.pa
 A `WyomingError` (a bad frame, an event out of order, audio of another format than announced,
 an utterance over `speech.max_utterance_s`) or a client silent for `READ_TIMEOUT_S` gets an
 `error` event {text, code} and the connection closes. Unknown event types are ignored, as
-Wyoming services do.
+Wyoming services do. With `wyoming.member` set, each utterance is refused at audio-start
+(`lane_not_allowed`, naming the lanes allowed) unless that member may use the voice lane.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from homeai import __version__
 from homeai.config import Config
 from homeai.speech.base import MAX_RATE, MIN_RATE, AudioError, SpeechBusy
+from homeai.store.members import LaneNotAllowed, check_lane, lanes_of
 from homeai.wyoming.framing import Event, WyomingError, encode, read_event
 
 log = logging.getLogger("homeai.wyoming")
@@ -39,6 +41,7 @@ MAX_CHANNELS = 8
 LANGUAGE = re.compile(r"^([a-z]{2,3})([-_][A-Za-z0-9]{2,8})?$")  # "en", "en-US": Whisper takes the first part
 DEFAULT_LANGUAGE = "en"
 EMBEDDED_MODEL = "tiny.en"
+VOICE_LANE = "voice"  # what Wyoming transcribes for: with `wyoming.member` set, that member must be allowed it
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,8 @@ class Session:
         self.language = match.group(1)
 
     async def _audio_start(self, event: Event) -> None:
+        if self.runtime.cfg.wyoming.member:  # checked per utterance: `homeai members lanes` applies at once
+            await asyncio.to_thread(_allow_voice, self.runtime, self.runtime.cfg.wyoming.member)
         self.format = AudioFormat.of(event)
         self.pcm.clear()
 
@@ -180,6 +185,17 @@ class Session:
     async def _error(self, code: str, text: str) -> None:
         with contextlib.suppress(ConnectionError):
             await self.send(Event("error", {"text": text, "code": code}))
+
+
+def _allow_voice(runtime, member: str) -> None:
+    """`wyoming.member`, whom Wyoming clients act as, must exist and may use the voice lane."""
+    try:
+        with runtime.sessions() as session:
+            check_lane(member, lanes_of(session, name=member), VOICE_LANE)
+    except LaneNotAllowed as e:
+        raise WyomingError("lane_not_allowed", f"wyoming.member: {e}") from None
+    except ValueError as e:
+        raise WyomingError("unknown_member", f"wyoming.member: {e}") from None
 
 
 def _mono(pcm: bytes, channels: int) -> bytes:

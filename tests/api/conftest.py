@@ -19,7 +19,7 @@ import uvicorn
 from homeai.api.app import create_app
 from homeai.config import Config, from_dict
 from homeai.store.db import make_engine, make_sessionmaker
-from homeai.store.members import add_member
+from homeai.store.members import ALL_LANES, add_member
 
 # Generous: the box is shared and a step can stall for seconds under load; no test asserts on time.
 TIMEOUT = 180.0
@@ -81,12 +81,13 @@ def http(server):
         yield client
 
 
-def add_token(cfg, name: str, *, admin: bool = False) -> str:
-    """A new member's bearer token, written straight into the server's store."""
+def add_token(cfg, name: str, *, admin: bool = False, lanes=ALL_LANES) -> str:
+    """A new member's bearer token, written straight into the server's store. The member may use
+    every lane unless `lanes` says otherwise (None: a new member's defaults, which leave voice out)."""
     engine = make_engine(cfg.database_url)
     try:
         with make_sessionmaker(engine)() as session:
-            return add_member(session, name=name, admin=admin)[1]
+            return add_member(session, name=name, admin=admin, lanes=None if admin else lanes)[1]
     finally:
         engine.dispose()
 

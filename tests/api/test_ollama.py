@@ -385,7 +385,7 @@ def test_a_members_default_lane_is_used_unless_the_header_names_one(cfg, server,
     engine = make_engine(cfg.database_url)
     try:
         with make_sessionmaker(engine)() as session:
-            ha_token = add_member(session, name="ha", lane="summaries")[1]
+            ha_token = add_member(session, name="ha", lane="summaries", lanes=["summaries", "voice"])[1]
     finally:
         engine.dispose()
     before = finished(authed, "summaries")

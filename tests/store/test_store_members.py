@@ -119,3 +119,73 @@ def test_default_member_is_an_admin_made_once(session):
     assert first.id == second.id
     assert (first.name, first.role) == ("household", "admin")
     assert [m.name for m in members.list_members(session)] == ["household"]
+
+
+# ---- the lanes a member may use ------------------------------------------------------------
+
+DEFAULTS = ("chat", "summaries", "indexing", "embeddings")
+
+
+def test_a_new_member_may_use_chat_and_the_background_lanes_not_voice(session):
+    bob, token = members.add_member(session, name="bob")
+    assert members.allowed_lanes(bob) == DEFAULTS == members.DEFAULT_LANES
+    assert members.allowed_lanes(members.authenticate(session, token)) == DEFAULTS
+    with pytest.raises(members.LaneNotAllowed) as refused:
+        members.check_lane("bob", members.allowed_lanes(bob), "voice")
+    assert "'voice'" in str(refused.value) and "chat, summaries, indexing, embeddings" in str(refused.value)
+    members.check_lane("bob", members.allowed_lanes(bob), "chat")  # allowed: no error
+
+
+def test_a_voice_default_lane_brings_voice_and_explicit_lanes_are_kept_in_order(session):
+    ha, _ = members.add_member(session, name="ha", lane="voice")
+    assert members.allowed_lanes(ha) == ("voice", *DEFAULTS)
+    kid, _ = members.add_member(session, name="kid", lanes=[" embeddings", "chat", "chat"])
+    assert members.allowed_lanes(kid) == ("chat", "embeddings")
+    assert members.lanes_of(session, name="kid") == ("chat", "embeddings")
+
+
+def test_admins_and_the_default_member_may_use_every_lane(session):
+    admin, _ = members.add_member(session, name="root", admin=True)
+    assert members.allowed_lanes(admin) == members.ALL_LANES == ("voice", "chat", "summaries", "indexing", "embeddings")
+    assert members.allowed_lanes(members.ensure_default_member(session)) == members.ALL_LANES
+    with pytest.raises(ValueError, match="admin"):
+        members.add_member(session, name="root2", admin=True, lanes=["chat"])
+    with pytest.raises(ValueError, match="admin"):
+        members.set_lanes(session, name="root", lanes=["chat"])
+
+
+def test_lanes_can_be_changed_and_bad_ones_are_refused(session):
+    members.add_member(session, name="bob")
+    assert members.set_lanes(session, name="bob", lanes=["voice", "chat"]) == ("voice", "chat")
+    assert members.lanes_of(session, name="bob") == ("voice", "chat")
+    with pytest.raises(ValueError, match="unknown lane 'nowhere'"):
+        members.set_lanes(session, name="bob", lanes=["chat", "nowhere"])
+    with pytest.raises(ValueError, match="at least one lane"):
+        members.set_lanes(session, name="bob", lanes=[])
+    with pytest.raises(ValueError, match="no member named"):
+        members.set_lanes(session, name="carol", lanes=["chat"])
+    assert members.lanes_of(session, name="bob") == ("voice", "chat")  # nothing changed by the refusals
+
+
+def test_a_default_lane_must_be_one_the_member_may_use(session):
+    with pytest.raises(members.LaneNotAllowed, match="may not use lane 'voice'"):
+        members.add_member(session, name="ha", lane="voice", lanes=["chat"])
+    assert [m.name for m in members.list_members(session)] == []  # refused whole
+    members.add_member(session, name="bob")
+    with pytest.raises(members.LaneNotAllowed, match="allowed: chat, summaries, indexing, embeddings"):
+        members.set_default_lane(session, name="bob", lane="voice")
+    members.set_lanes(session, name="bob", lanes=["chat", "voice"])
+    members.set_default_lane(session, name="bob", lane="voice")
+    with pytest.raises(ValueError, match="default lane 'voice' would not be allowed"):
+        members.set_lanes(session, name="bob", lanes=["chat"])
+    members.set_default_lane(session, name="bob", lane=None)
+    assert members.set_lanes(session, name="bob", lanes=["chat"]) == ("chat",)
+
+
+def test_lanes_are_stored_per_member(new_session):
+    with new_session() as s:
+        members.add_member(s, name="ha", lane="voice")
+        members.add_member(s, name="bob", lanes=["chat"])
+    with new_session() as s:  # read back from the database, not the session's objects
+        listed = {m.name: members.allowed_lanes(m) for m in members.list_members(s)}
+    assert listed == {"bob": ("chat",), "ha": ("voice", *DEFAULTS)}

@@ -1,5 +1,7 @@
 """Migrations: a fresh database, an old schema moved forward, reversibility, portability."""
 
+import secrets
+
 import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -11,14 +13,14 @@ from homeai.store import conversations, members
 from homeai.store.db import (
     alembic_config, current_revision, downgrade, head_revision, make_engine, make_sessionmaker, migrate,
 )
-from homeai.store.models import Base
+from homeai.store.models import Base, Member, Token
 
 TABLES_0001 = {"members", "tokens", "conversations", "messages"}
 TABLES_0002 = {"documents", "chunks", "job_runs", "request_stats"}
 # 0003 on SQLite: the FTS5 index over chunk text and its shadow tables (PostgreSQL gets a GIN index).
 SEARCH_0003 = {"chunks_fts", "chunks_fts_config", "chunks_fts_data", "chunks_fts_docsize", "chunks_fts_idx"}
 TABLES_0004 = {"member_settings"}
-HEAD = "0004"
+HEAD = "0005"  # 0005: member_settings.lanes, the lanes a member may use
 TABLES_HEAD = TABLES_0001 | TABLES_0002 | SEARCH_0003 | TABLES_0004
 
 
@@ -48,10 +50,21 @@ def test_migrate_accepts_an_engine(db_url):
     engine.dispose()
 
 
+def old_member(s, name: str, *, admin: bool = False) -> tuple[Member, str]:
+    """A member as revision 0001 stored one: a row and a token, no settings (the ORM writes only
+    tables whose columns have not changed since)."""
+    member = Member(name=name, role="admin" if admin else "member")
+    token = members.TOKEN_MARK + secrets.token_urlsafe(32)
+    member.tokens.append(Token(token_hash=members.hash_token(token), prefix=token[:members.PREFIX_LEN]))
+    s.add(member)
+    s.commit()
+    return member, token
+
+
 def fill_0001_schema(new_session) -> dict:
     with new_session() as s:
-        alice, token = members.add_member(s, name="alice", admin=True)
-        bob, _ = members.add_member(s, name="bob")
+        alice, token = old_member(s, name="alice", admin=True)
+        bob, _ = old_member(s, name="bob")
         members.add_token(s, name="bob")
         conv = conversations.create_conversation(s, member_id=alice.id, title="groceries")
         conversations.add_message(s, member_id=alice.id, conversation_id=conv.id, role="user", content="milk?")
@@ -83,6 +96,33 @@ def test_old_schema_migrates_forward_without_losing_rows(db_url):
         assert members.authenticate(s, ids["token"]).id == ids["alice"]
         conv = conversations.get_conversation(s, member_id=ids["alice"], conversation_id=ids["conv"])
         assert [m.content for m in conv.messages] == ["milk?", "yes"]
+    engine.dispose()
+
+
+def test_members_keep_what_they_had_as_lanes(db_url):
+    """0005: every lane stays open to admins, voice to a member whose default lane was voice;
+    other members get chat and the background lanes."""
+    migrate(db_url, revision="0004")
+    engine = make_engine(db_url)
+    with make_sessionmaker(engine)() as s:
+        ids = {name: old_member(s, name, admin=name == "root")[0].id for name in ("root", "ha", "kid", "bob")}
+    settings = sa.table("member_settings", sa.column("member_id"), sa.column("default_lane"))
+    with engine.begin() as c:
+        c.execute(settings.insert(), [{"member_id": ids["ha"], "default_lane": "voice"},
+                                      {"member_id": ids["kid"], "default_lane": "summaries"}])
+
+    migrate(db_url)
+
+    defaults = ("chat", "summaries", "indexing", "embeddings")
+    with make_sessionmaker(engine)() as s:
+        lanes = {name: members.lanes_of(s, name=name) for name in ids}
+        kid = next(m for m in members.list_members(s) if m.name == "kid")
+        assert kid.settings.default_lane == "summaries"  # a default lane is kept
+    assert lanes == {"root": members.ALL_LANES, "ha": ("voice", *defaults), "kid": defaults, "bob": defaults}
+    with engine.connect() as c:  # stored, not inferred: every member who is not an admin has a row
+        stored = dict(c.execute(sa.text("SELECT member_id, lanes FROM member_settings")).all())
+    assert stored == {ids["ha"]: "voice," + ",".join(defaults), ids["kid"]: ",".join(defaults),
+                      ids["bob"]: ",".join(defaults)}
     engine.dispose()
 
 
