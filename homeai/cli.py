@@ -9,6 +9,7 @@
     homeai bench grammar [--seqs 1,8] [--tokens 64] [--reps 3]
     homeai bench voice [--n 10] [--out bench-out]
     homeai bench http --peer URL [--url URL] [--quick]
+    homeai bench members [--samples 20] [--streams 30] [--quick] [--out bench-out]
 
 The config file comes from --config, else $HOMEAI_CONFIG, else the built-in defaults.
 """
@@ -123,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     assistant.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     assistant.add_argument("--out", default="bench-out", help="folder for assistant.json and assistant.md")
     assistant.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    members_bench = bsub.add_parser("members", help="a member's chat beside another member's flood, lanes and grammar")
+    members_bench.add_argument("--samples", type=int, default=20, help="the member's chats per phase")
+    members_bench.add_argument("--streams", type=int, default=30, help="the other member's streams in flight")
+    members_bench.add_argument("--stream-tokens", type=int, default=300, help="tokens of each of those streams")
+    members_bench.add_argument("--seed", type=int, default=0)
+    members_bench.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    members_bench.add_argument("--out", default="bench-out", help="folder for members.json and members.md")
+    members_bench.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -271,6 +280,10 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         from homeai.bench import assistant_bench
 
         return assistant_bench.main(cfg, args)
+    if args.workload == "members":
+        from homeai.bench import members_bench
+
+        return members_bench.main(cfg, args)
     if args.workload == "voice":
         from homeai.bench.voice_bench import run
 
