@@ -182,7 +182,7 @@ class Flood:
         self.statuses: collections.Counter = collections.Counter()
         self.heard: set[int] = set()  # senders whose first request has its status
         self.chunks = self.finished_streams = self.finished_tokens = self.transport_errors = 0
-        self.first_error: str | None = None
+        self.errors: list[str] = []  # what the refusals said, each different message once (at most 3)
         self.tasks: list[asyncio.Task] = []
         self.started_at = self.stopped_at = 0.0
 
@@ -203,20 +203,23 @@ class Flood:
         self.stopped_at = time.perf_counter()
         for task in self.tasks:
             task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for result in await asyncio.gather(*self.tasks, return_exceptions=True):
+            if isinstance(result, Exception):  # a sender failed, not cancelled: the bench's own fault
+                raise result
 
     async def _sender(self, i: int) -> None:
         n = 0
         while True:
             try:
-                answer = await (self._grammar((i + n) % 2) if self.phase.load == "grammar" else self._stream(i))
+                answer = await (self._grammar(i, (i + n) % 2) if self.phase.load == "grammar" else self._stream(i))
             except httpx.HTTPError as e:  # the daemon closed the connection: counted, tried again
                 self.transport_errors += 1
                 self.heard.add(i)
                 answer = Answer(None, error=f"{type(e).__name__}: {e}")
             n += 1
             if answer.status != 200:
-                self.first_error = self.first_error or answer.error
+                if answer.error and answer.error not in self.errors and len(self.errors) < 3:
+                    self.errors.append(answer.error)
                 await asyncio.sleep(self.shape.retry_s)
             elif self.phase.load == "streams":
                 self.finished_streams += 1
@@ -234,7 +237,7 @@ class Flood:
     def _chunk(self) -> None:
         self.chunks += 1
 
-    async def _grammar(self, kind: int) -> Answer:
+    async def _grammar(self, i: int, kind: int) -> Answer:
         response = await self.client.post("/v1/chat/completions", content=grammar_body(kind),
                                           headers={"Content-Type": "application/json"})
         self._status(i, response.status_code)
@@ -250,7 +253,7 @@ class Flood:
                 "tokens_per_finished_stream": round(self.finished_tokens / self.finished_streams, 1)
                 if self.finished_streams else None,
                 "tokens_per_s": round(self.chunks / seconds, 1), "seconds": round(seconds, 1),
-                "first_error": self.first_error}
+                "errors": self.errors}
 
 
 # ---- bob, the phases, the run ------------------------------------------------------------------
@@ -448,8 +451,8 @@ def markdown(report: dict, command: str) -> str:
         rows.append(f"| {name} | {who} | {statuses} | {f['tokens_per_s'] if f else '-'} | {b['answered']}/{b['n']} | "
                     f"{b['ttft_ms']['p50']} / {b['ttft_ms']['p95']} | {p['p50_over_idle']} / {p['p95_over_idle']} | "
                     f"{p['target']} | {p['result']} |")
-    errors = [f"* {name}: {p['flood']['first_error']}" for name, p in report["phases"].items()
-              if p["flood"] and p["flood"]["first_error"]]
+    errors = [f"* {name}: {error}" for name, p in report["phases"].items() if p["flood"]
+              for error in p["flood"]["errors"]]
     text = ["# One member beside another", "", f"Command: `{command}`", "",
             f"Bob sends {s['samples']} streamed chats a phase ({s['bob_tokens']} tokens, "
             f"one after another), timed to the first content chunk; a flood keeps {s['streams']} streams of "

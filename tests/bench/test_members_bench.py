@@ -43,10 +43,12 @@ def test_quick_run_reports_every_phase(runner, tmp_path):
         # What the daemon answered this member on this lane: served, or refused naming why.
         assert flood["statuses"] == {str(phase.expect): flood["requests"]}, (phase.name, flood)
         if phase.expect == 200:
-            assert flood["tokens_per_s"] > 0 and flood["first_error"] is None
+            assert flood["tokens_per_s"] > 0 and flood["errors"] == []
         else:
-            assert flood["first_error"], phase.name
-    assert "voice" in report["phases"]["voice refused"]["flood"]["first_error"]
+            assert flood["errors"], phase.name
+    assert "'voice'" in report["phases"]["voice refused"]["flood"]["errors"][0]
+    grammar = report["phases"]["refused grammar"]["flood"]["errors"]
+    assert any("response_format.json_schema.schema" in error for error in grammar), grammar
     assert len(report["findings"]) == len(members_bench.PHASES)
     markdown = (tmp_path / "members.md").read_text()
     assert "| phase | the other member |" in markdown and all(p.name in markdown for p in members_bench.PHASES)
