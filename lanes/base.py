@@ -8,6 +8,12 @@ INTERACTIVE = "interactive"
 BACKGROUND = "background"
 
 
+class ServerText(str):
+    """A message's text the server wrote, not a member (a lane's configured prompt): the chat
+    template's rendering (homeai/engine/template.py) tokenizes it as plain text, and counts it in
+    the prompt's public prefix when nothing a member wrote comes before it."""
+
+
 @dataclass(frozen=True)
 class LanePolicy:
     name: str

@@ -9,8 +9,12 @@ model's chat template and tokenizer in, so the fitting is tested without a model
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from lanes.base import INTERACTIVE, LanePolicy
+
+if TYPE_CHECKING:
+    from homeai.engine.template import ChatPrompt
 
 POLICY = LanePolicy(
     name="chat", lane_class=INTERACTIVE, priority=1, weight=2.0, window_ms=5.0, max_batch=16,
@@ -19,8 +23,8 @@ POLICY = LanePolicy(
 
 MAX_DOCUMENTS = 5  # chunks of the household's documents put before a question that asks for them
 
-Template = Callable[[list[dict]], str]  # chat messages -> the model's prompt text
-Tokenize = Callable[[str], list[int]]
+Template = Callable[[list[dict]], "ChatPrompt"]  # chat messages -> the model's prompt, in parts by writer
+Tokenize = Callable[["ChatPrompt"], list[int]]  # the runner's: `PromptTokens`, with the public prefix
 
 
 class TooLong(ValueError):

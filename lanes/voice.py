@@ -7,16 +7,21 @@ for short spoken sentences, and the last few messages of the conversation named,
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from lanes.base import INTERACTIVE, LanePolicy
+from lanes.base import INTERACTIVE, LanePolicy, ServerText
+
+if TYPE_CHECKING:
+    from homeai.engine.template import ChatPrompt
 
 POLICY = LanePolicy(
     name="voice", lane_class=INTERACTIVE, priority=0, weight=4.0, window_ms=2.0, max_batch=8,
     max_queue=32, ttft_target_ms=800.0, itl_target_ms=80.0, max_tokens=160,
 )
 
-# Answers are read aloud: short sentences, nothing a speech synthesiser would stumble on.
-SYSTEM_PROMPT = (
+# Answers are read aloud: short sentences, nothing a speech synthesiser would stumble on. The server
+# wrote it, not a member: it leads the prompt's public prefix (shared from the prompt cache).
+SYSTEM_PROMPT = ServerText(
     "You are a helpful voice assistant for a household. Answer in one to three short spoken "
     "sentences. Do not use markdown, lists, code, emoji or URLs."
 )
@@ -36,6 +41,7 @@ def build_messages(transcript: str, history: list[dict] | None = None) -> list[d
             {"role": "user", "content": transcript.strip()}]
 
 
-def build_prompt(transcript: str, history: list[dict], *, template: Callable[[list[dict]], str]) -> str:
-    """The prompt text for a spoken question, rendered with the model's chat `template`."""
+def build_prompt(transcript: str, history: list[dict], *,
+                 template: Callable[[list[dict]], "ChatPrompt"]) -> "ChatPrompt":
+    """The prompt for a spoken question, rendered with the model's chat `template`."""
     return template(build_messages(transcript, history))

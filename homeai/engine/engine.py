@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from homeai.engine.state import CacheState, EngineState, LaneState, Latency, PromptCacheUse
 from homeai.engine.stats import LaneWindow, RequestStats
+from homeai.engine.template import ChatPrompt, PromptTokens
 from homeai.engine.text import TextStream
 from homeai.sched import costmodel
 from homeai.sched.request import Kind, Request, SamplingParams
@@ -193,16 +194,22 @@ class Engine:
 
     # ---- requests --------------------------------------------------------------
 
-    def submit(self, prompt: str | Sequence[int], *, lane: str = "chat", member: str = "household",
+    def submit(self, prompt: str | ChatPrompt | Sequence[int], *, lane: str = "chat", member: str = "household",
                params: SamplingParams | None = None, kind: Kind = Kind.GENERATE,
                loop: asyncio.AbstractEventLoop | None = None) -> RequestStream:
-        """Queue one request; raises InvalidRequest, PromptTooLong, QueueFull or EngineStopped."""
+        """Queue one request; raises InvalidRequest, PromptTooLong, QueueFull or EngineStopped.
+
+        `prompt` is a rendered chat (`ChatPrompt`, or its `PromptTokens`: control tokens only where
+        the template wrote them, and the public prefix no member wrote), a raw prompt's text (all
+        its member's own, control tokens included, as they are in token ids), or token ids. Text to
+        embed is text: control tokens' texts in it are characters."""
         policy = self.policies.get(lane)
         if policy is None:
             raise InvalidRequest(f"unknown lane {lane!r} (known: {', '.join(self.policies)})", "lane",
                                  "unknown_lane")
         params = params or SamplingParams(max_tokens=policy.max_tokens or 256)
         tokens = self._tokens(prompt, kind)
+        public_len = min(getattr(tokens, "public_len", 0), len(tokens))
         params = self._check(tokens, params, kind, lane)
         if loop is None:
             try:
@@ -210,7 +217,7 @@ class Engine:
             except RuntimeError:
                 loop = None
         request = Request(f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", lane, member, tokens,
-                          self.clock(), kind=kind, params=params,
+                          self.clock(), kind=kind, params=params, public_len=public_len,
                           held=params.grammar is not None and not params.grammar.lazy)
         stream = RequestStream(request, self, loop)
         with self.lock:
@@ -226,18 +233,21 @@ class Engine:
             self.lock.notify_all()
         return stream
 
-    def _tokens(self, prompt: str | Sequence[int], kind: Kind) -> list[int]:
+    def _tokens(self, prompt: str | ChatPrompt | Sequence[int], kind: Kind) -> list[int]:
+        if isinstance(prompt, ChatPrompt):
+            return self.runner.tokenize(prompt)
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise InvalidRequest("the prompt is empty", "prompt")
-            return self.runner.tokenize(prompt, embedding=kind is Kind.EMBED)
+            embed = kind is Kind.EMBED
+            return self.runner.tokenize(prompt, embedding=embed, special=not embed)
         tokens = [int(t) for t in prompt]
         if not tokens:
             raise InvalidRequest("the prompt is empty", "prompt")
         n_vocab = self.runner.info.n_vocab
         if any(t < 0 or t >= n_vocab for t in tokens):
             raise InvalidRequest(f"prompt token ids must be in [0, {n_vocab})", "prompt")
-        return tokens
+        return PromptTokens(tokens, prompt.public_len) if isinstance(prompt, PromptTokens) else tokens
 
     def max_seq_len_for(self, lane: str) -> int:
         """The longest sequence (prompt and answer) a request of this lane may hold."""

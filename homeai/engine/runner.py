@@ -114,6 +114,30 @@ def _token_text(vocab, token: int) -> str:
     return buf.raw[:max(n, 0)].decode("utf-8", errors="replace")
 
 
+def _tokenize(vocab, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    data = text.encode("utf-8")
+    capacity = len(data) + 16
+    buf = (ll.llama_token * capacity)()
+    n = ll.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
+    if n < 0:
+        buf = (ll.llama_token * -n)()
+        n = ll.llama_tokenize(vocab, data, len(data), buf, -n, add_special, parse_special)
+    return list(buf[:n])
+
+
+def _control_texts(vocab) -> tuple[str, ...]:
+    """The texts of the vocabulary's control tokens (`<|im_start|>`, `<|im_end|>`, ...): what
+    tokenizing with special tokens parsed turns into one token and plain text does not."""
+    wanted = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_UNKNOWN
+    texts = set()
+    for token in range(ll.llama_vocab_n_tokens(vocab)):
+        if ll.llama_vocab_get_attr(vocab, token) & wanted:
+            text = (ll.llama_vocab_get_text(vocab, token) or b"").decode("utf-8", errors="replace")
+            if text:
+                texts.add(text)
+    return tuple(sorted(texts))
+
+
 def chat_template_choice(model_path: Path) -> template.TemplateChoice:
     """Which chat template a model would be served with, for `homeai doctor`: reads the
     vocabulary and metadata only (a fraction of a second), not the weights."""
@@ -245,6 +269,7 @@ class Runner:
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.chat = template.load(**_chat_template_source(self.model, self.vocab))  # compiled once, here
+        self.control_texts = _control_texts(self.vocab)  # wrapped apart in members' text (template.Marks)
         self.ctx = _context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
                             n_threads=threads, embeddings=False, flash_attn=_flash_attn(cfg))
         self.memory = ll.llama_get_memory(self.ctx)
@@ -285,16 +310,32 @@ class Runner:
 
     # ---- text ------------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool = True, embedding: bool = False) -> list[int]:
+    def tokenize(self, text: str | template.ChatPrompt, *, add_special: bool = True, embedding: bool = False,
+                 special: bool = False) -> list[int]:
+        """Text's tokens, BOS (and EOS, for a vocabulary that wants one) added with `add_special`.
+        Text is text: a control token's text in it (`<|im_start|>`) is characters, unless `special`
+        (a raw prompt, all its member's own). A `ChatPrompt` is tokenized part by part, control
+        tokens parsed only in the template's own text, into `PromptTokens` that know its public
+        prefix."""
+        if isinstance(text, template.ChatPrompt):
+            return self._tokenize_chat(text, add_special)
         vocab = ll.llama_model_get_vocab(self.embed_model) if embedding else self.vocab
-        data = text.encode("utf-8")
-        capacity = len(data) + 16
-        buf = (ll.llama_token * capacity)()
-        n = ll.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, True)
-        if n < 0:
-            buf = (ll.llama_token * -n)()
-            n = ll.llama_tokenize(vocab, data, len(data), buf, -n, add_special, True)
-        return list(buf[:n])
+        return _tokenize(vocab, text, add_special, special)
+
+    def _tokenize_chat(self, prompt: template.ChatPrompt, add_special: bool) -> template.PromptTokens:
+        """Each part apart, so no token spans two writers: the public prefix's tokens are the same
+        whatever a member wrote after it, and a member's text never merges into a control token."""
+        tokens: list[int] = []
+        if add_special and ll.llama_vocab_get_add_bos(self.vocab) and ll.llama_vocab_bos(self.vocab) >= 0:
+            tokens.append(ll.llama_vocab_bos(self.vocab))
+        public_len = None
+        for part in prompt.parts:
+            if part.source is template.Source.MEMBER and public_len is None:
+                public_len = len(tokens)
+            tokens += _tokenize(self.vocab, part.text, False, part.source is template.Source.TEMPLATE)
+        if add_special and ll.llama_vocab_get_add_eos(self.vocab) and ll.llama_vocab_eos(self.vocab) >= 0:
+            tokens.append(ll.llama_vocab_eos(self.vocab))
+        return template.PromptTokens(tokens, len(tokens) if public_len is None else public_len)
 
     def piece(self, token: int) -> bytes:
         """A token's bytes; special tokens (end of turn, ...) render as nothing."""
@@ -311,17 +352,19 @@ class Runner:
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> template.ChatPrompt:
         """Render messages (and tools) for the model, ending at the assistant's turn: with the GGUF's own
         chat template (homeai.engine.template), or llama.cpp's built-in formatter when it has none.
-        The text is for `tokenize(text)` (special tokens added), so it holds one BOS, not two.
-        Raises ChatRenderError for messages the template refuses."""
+        The prompt is in parts by who wrote them, for `tokenize` (special tokens added), so it holds
+        one BOS, not two. Raises ChatRenderError for messages the template refuses."""
         if self.chat.template is not None:
-            return self.chat.template.prompt(messages, tools,
+            return self.chat.template.prompt(messages, tools, control_texts=self.control_texts,
                                              tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)))
         if tools:
             raise template.ChatRenderError("tools need the model's own chat template; this model has none")
-        return self._builtin_chat_template(messages)
+        marks = template.Marks(self.control_texts, messages)
+        marked = [{"role": m["role"], "content": marks.text(m["content"] or "")} for m in messages]
+        return marks.split(self._builtin_chat_template(marked))
 
     def _builtin_chat_template(self, messages: list[dict]) -> str:
         """llama.cpp's built-in formatter, which guesses the format from the template's name or text."""

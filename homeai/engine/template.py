@@ -11,6 +11,16 @@ block that renders its body, a `tojson` that does not HTML-escape and takes `ind
 refuses (its `raise_exception`) or cannot render are a `ChatRenderError`, which the API answers
 with a 400.
 
+Text is text: only the template's own markers are control tokens. `ChatTemplate.prompt` renders
+with every string a member wrote (message content, tool calls and results, tool definitions)
+wrapped in `Marks`, random markers that survive rendering, then splits the text on them into
+`Part`s: the template's own text (its control tokens parsed), text the server wrote (`ServerText`,
+a lane's configured prompt), and members' text, which the runner tokenizes as plain text, so a
+member's `<|im_start|>` is characters, not a turn. A control token's text inside a member's string
+is wrapped on its own as well, so a template that slices a string (`content.split(...)`) cannot
+carry it out of its markers; text a template moved out of order is members' text. The leading
+parts no member wrote are the prompt's public prefix (`PromptTokens.public_len`).
+
 `choose` picks what the runner formats chats with: the model's template, or, only when the
 GGUF has none (or it does not compile), llama.cpp's built-in formatter, with a line saying which
 for the start log and `homeai doctor`.
@@ -18,14 +28,20 @@ for the start log and `homeai doctor`.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
+import re
+import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import jinja2
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from lanes.base import ServerText
 
 log = logging.getLogger("homeai.engine")
 
@@ -61,6 +77,16 @@ def _tojson(value, ensure_ascii: bool = False, indent: int | None = None,
                       sort_keys=sort_keys)
 
 
+def _trim(value, chars: str | None = None) -> str:
+    """Jinja's `trim`, reaching inside a member's markers (Llama 3 and Gemma trim each message)."""
+    text = str(value).strip(chars)
+    marked = _MARKED.fullmatch(text)
+    if marked is None:
+        return text
+    opening, inner, closing = marked.groups()
+    return opening + inner.strip(chars) + closing
+
+
 def _raise_exception(message: str):
     raise _Refused(message)
 
@@ -73,6 +99,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[_Generation, "jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
+    env.filters["trim"] = _trim
     env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
     return env
 
@@ -103,14 +130,22 @@ class ChatTemplate:
                                   f"{type(e).__name__}: {e}") from None
 
 
-    def prompt(self, messages: list[dict], tools: list[dict] | None = None, *, tokenizer_adds_bos: bool) -> str:
-        """The text to tokenize for a reply. Templates often write `bos_token` first; a tokenizer that
-        adds BOS itself would then give two, so the text leaves it out and the tokenizer puts it
-        back (llama-server does the same). A tokenizer that adds none keeps the template's."""
-        text = self.render(messages, tools, add_generation_prompt=True)
-        if tokenizer_adds_bos and self.bos_token and text.startswith(self.bos_token):
-            return text[len(self.bos_token):]
-        return text
+    def prompt(self, messages: list[dict], tools: list[dict] | None = None, *, tokenizer_adds_bos: bool,
+               control_texts: Sequence[str] = ()) -> "ChatPrompt":
+        """The prompt for a reply, in parts: the template's own text, and the strings members wrote
+        (`control_texts`: the vocabulary's control tokens, wrapped apart inside them). Templates
+        often write `bos_token` first; a tokenizer that adds BOS itself would then give two, so the
+        prompt leaves it out and the tokenizer puts it back (llama-server does the same). A
+        tokenizer that adds none keeps the template's."""
+        marks = Marks(control_texts, (messages, tools))
+        text = self.render(marks.messages(messages), marks.tools(tools), add_generation_prompt=True)
+        prompt = marks.split(text)
+        first = prompt.parts[0] if prompt.parts else None
+        if (tokenizer_adds_bos and self.bos_token and first is not None and first.source is Source.TEMPLATE
+                and first.text.startswith(self.bos_token)):
+            rest = first.text[len(self.bos_token):]
+            return ChatPrompt(((Part(rest, Source.TEMPLATE),) if rest else ()) + prompt.parts[1:])
+        return prompt
 
 
 def _for_template(message: dict) -> dict:
@@ -139,6 +174,145 @@ def _call_for_template(call):
     if not isinstance(parsed, dict):
         return call
     return {**call, "function": {**function, "arguments": parsed}}
+
+
+# ---- who wrote which part of a prompt ----------------------------------------------------
+
+
+class Source(enum.Enum):
+    TEMPLATE = "template"  # the chat template's own text: its control tokens are control tokens
+    SERVER = "server"  # text the server wrote (a lane's configured prompt): plain text, no member's
+    MEMBER = "member"  # what a member, a client, a tool or a document wrote: plain text, that member's
+
+
+@dataclass(frozen=True)
+class Part:
+    text: str
+    source: Source
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A rendered chat prompt, in the parts the runner tokenizes apart."""
+
+    parts: tuple[Part, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts)
+
+
+class PromptTokens(list):
+    """A chat prompt's tokens, and how many lead it that no member wrote (`public_len`): the only
+    part another member's request may share from the prompt cache. A copy or a slice is a plain
+    list, whose public length is 0: nothing shared."""
+
+    def __init__(self, tokens: Sequence[int], public_len: int):
+        super().__init__(tokens)
+        self.public_len = public_len
+
+
+# Compared or measured by templates (Mistral wants 9-character call ids), so only their control-token
+# texts are wrapped; roles are checked by the API's schemas.
+_STRUCTURAL = frozenset({"role", "type", "id", "tool_call_id"})
+_MARKED = re.compile(r"((?:\[\[\d{16}:\d+\]\])+)(.*?)((?:\[\[/\d{16}:\d+\]\])+)", re.DOTALL)
+
+
+class Marks:
+    """Markers around the strings members wrote, for one rendering, and the rendered text split on them.
+
+    A marker is `[[N:i]]` ... `[[/N:i]]`, N a random 16-digit number no string of the request
+    holds: digits and brackets pass through `tojson`, `upper` and HTML escaping unchanged. Empty
+    strings stay empty (templates test them); role and type values and mapping keys, which
+    templates compare, get only their control-token texts wrapped.
+    """
+
+    def __init__(self, control_texts: Sequence[str] = (), request: object = None):
+        seen = repr(request)
+        self.nonce = _nonce(seen)
+        self.sources: list[Source] = []
+        texts = sorted({t for t in control_texts if t}, key=len, reverse=True)
+        self._control = re.compile("|".join(map(re.escape, texts))) if texts else None
+        n = self.nonce
+        self._marker = re.compile(rf"\[\[{n}:(\d+)\]\]|\[\[/{n}:(\d+)\]\]")
+
+    def messages(self, messages: list[dict]) -> list[dict]:
+        return [self._value(_for_template(m)) for m in messages]
+
+    def tools(self, tools: list[dict] | None) -> list[dict] | None:
+        return self._value(tools) if tools else tools
+
+    def text(self, text: str, source: Source = Source.MEMBER) -> str:
+        """`text` wrapped, each control-token text in it wrapped again."""
+        if not text:
+            return text
+        if self._control is not None:
+            text = self._control.sub(lambda m: self._wrap(m.group(), source), text)
+        return self._wrap(text, source)
+
+    def _controls(self, text: str) -> str:
+        if self._control is None:
+            return text
+        return self._control.sub(lambda m: self._wrap(m.group(), Source.MEMBER), text)
+
+    def _wrap(self, text: str, source: Source) -> str:
+        index = len(self.sources)
+        self.sources.append(source)
+        return f"[[{self.nonce}:{index}]]{text}[[/{self.nonce}:{index}]]"
+
+    def _value(self, value, key=None):
+        if isinstance(value, str):
+            if key in _STRUCTURAL:
+                return self._controls(value)
+            return self.text(value, Source.SERVER if isinstance(value, ServerText) else Source.MEMBER)
+        if isinstance(value, dict):
+            return {self._controls(k) if isinstance(k, str) else k: self._value(v, k) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self._value(v) for v in value]
+        return value
+
+    def split(self, text: str) -> ChatPrompt:
+        """`text` in parts by who wrote them. Text inside markers is its string's; text outside
+        them is the template's, except text just before a closing marker whose opening one is not
+        open (the template cut a string): that is a member's."""
+        parts: list[Part] = []
+        open_: list[int] = []
+        pos = 0
+        for m in self._marker.finditer(text):
+            segment = text[pos:m.start()]
+            pos = m.end()
+            if m.group(1) is not None:
+                _add(parts, segment, self._source(open_))
+                open_.append(int(m.group(1)))
+                continue
+            index = int(m.group(2))
+            _add(parts, segment, self._source(open_) if open_ and open_[-1] == index else Source.MEMBER)
+            if index in open_:
+                del open_[open_.index(index):]
+        _add(parts, text[pos:], self._source(open_))
+        return ChatPrompt(tuple(parts))
+
+    def _source(self, open_: list[int]) -> Source:
+        if not open_:
+            return Source.TEMPLATE
+        sources = [self.sources[i] if i < len(self.sources) else Source.MEMBER for i in open_]
+        return Source.MEMBER if Source.MEMBER in sources else Source.SERVER
+
+
+def _nonce(seen: str) -> str:
+    while True:
+        nonce = f"{secrets.randbelow(9 * 10**15) + 10**15}"
+        if nonce not in seen:
+            return nonce
+
+
+def _add(parts: list[Part], text: str, source: Source) -> None:
+    if not text:
+        return
+    if parts and parts[-1].source is source:
+        parts[-1] = Part(parts[-1].text + text, source)
+    else:
+        parts.append(Part(text, source))
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,16 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from homeai.engine.engine import EngineStopped
+from homeai.engine.template import ChatPrompt
 from homeai.jobs.chunking import chunk_text, join_chunks
 from homeai.sched.request import SamplingParams
 from homeai.store.models import Chunk, Document
+from lanes.base import ServerText
 
 log = logging.getLogger("homeai.jobs")
 
-SYSTEM = ("You summarise a household's documents. Write a short, factual summary in the language of the "
-          "document: what it is, and the facts, dates and amounts that matter. No preamble.")
+SYSTEM = ServerText("You summarise a household's documents. Write a short, factual summary in the language "
+                    "of the document: what it is, and the facts, dates and amounts that matter. No preamble.")
 WHOLE = "Summarise the document {title}.\n\n{text}"
 PART = "Summarise part {part} of {parts} of the document {title}.\n\n{text}"
 COMBINE = "These are summaries of consecutive parts of the document {title}. Combine them into one summary.\n\n{text}"
@@ -42,7 +44,8 @@ class Summariser:
     def count(self, text: str) -> int:
         return len(self.engine.runner.tokenize(text, add_special=False))
 
-    def _prompt(self, template: str, **fields) -> str:
+    def _prompt(self, template: str, **fields) -> ChatPrompt:
+        """The document's text, its name and partial summaries are text: a document cannot write a turn."""
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": template.format(**fields)}]
         return self.engine.runner.apply_chat_template(messages)
 
