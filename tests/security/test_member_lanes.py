@@ -98,6 +98,14 @@ def test_openai_another_lane_is_403_naming_the_allowed_ones(bob_openai):
         assert_names_bobs_lanes(refused.value.message)
 
 
+def test_an_admin_may_use_every_lane(server, cfg):
+    admin = store(cfg, lambda session: members.add_member(session, name="root", admin=True)[1])
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=admin, timeout=TIMEOUT, max_retries=0) as client:
+        model = client.models.list().data[0].id
+        answer = client.chat.completions.create(model=model, messages=HI, max_tokens=2, extra_body={"lane": "voice"})
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
 def test_an_unknown_lane_is_still_a_400(bob_openai):
     with pytest.raises(openai.BadRequestError, match="unknown lane 'nowhere'"):
         bob_openai.chat.completions.create(model="m", messages=HI, extra_body={"lane": "nowhere"})
