@@ -29,6 +29,7 @@ for the start log and `homeai doctor`.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import logging
 import re
@@ -216,6 +217,7 @@ class PromptTokens(list):
 # texts are wrapped; roles are checked by the API's schemas.
 _STRUCTURAL = frozenset({"role", "type", "id", "tool_call_id"})
 _MARKED = re.compile(r"((?:\[\[\d{16}:\d+\]\])+)(.*?)((?:\[\[/\d{16}:\d+\]\])+)", re.DOTALL)
+_MARKER = re.compile(r"\[\[(/?)(\d{16}):(\d+)\]\]")
 
 
 class Marks:
@@ -228,13 +230,9 @@ class Marks:
     """
 
     def __init__(self, control_texts: Sequence[str] = (), request: object = None):
-        seen = repr(request)
-        self.nonce = _nonce(seen)
+        self.nonce = _nonce(repr(request))
         self.sources: list[Source] = []
-        texts = sorted({t for t in control_texts if t}, key=len, reverse=True)
-        self._control = re.compile("|".join(map(re.escape, texts))) if texts else None
-        n = self.nonce
-        self._marker = re.compile(rf"\[\[{n}:(\d+)\]\]|\[\[/{n}:(\d+)\]\]")
+        self._control = _control_pattern(tuple(control_texts))
 
     def messages(self, messages: list[dict]) -> list[dict]:
         return [self._value(_for_template(m)) for m in messages]
@@ -278,14 +276,16 @@ class Marks:
         parts: list[Part] = []
         open_: list[int] = []
         pos = 0
-        for m in self._marker.finditer(text):
+        for m in _MARKER.finditer(text):
+            if m.group(2) != self.nonce:  # a member's text that looks like a marker: text
+                continue
             segment = text[pos:m.start()]
             pos = m.end()
-            if m.group(1) is not None:
+            index = int(m.group(3))
+            if not m.group(1):
                 _add(parts, segment, self._source(open_))
-                open_.append(int(m.group(1)))
+                open_.append(index)
                 continue
-            index = int(m.group(2))
             _add(parts, segment, self._source(open_) if open_ and open_[-1] == index else Source.MEMBER)
             if index in open_:
                 del open_[open_.index(index):]
@@ -297,6 +297,12 @@ class Marks:
             return Source.TEMPLATE
         sources = [self.sources[i] if i < len(self.sources) else Source.MEMBER for i in open_]
         return Source.MEMBER if Source.MEMBER in sources else Source.SERVER
+
+
+@functools.lru_cache(maxsize=8)
+def _control_pattern(texts: tuple[str, ...]) -> re.Pattern | None:
+    ordered = sorted({t for t in texts if t}, key=len, reverse=True)  # the longest text first
+    return re.compile("|".join(map(re.escape, ordered))) if ordered else None
 
 
 def _nonce(seen: str) -> str:
