@@ -2,7 +2,14 @@
 p50/p95 over the recent window, the typical answer length that admission costs its readers
 at, the prompt cache's hit rate), and each KV cache's use (cells live and cached). A lane
 served by a remote server also shows `remote`: its URL, requests waiting here and in flight
-there, failures, fallbacks."""
+there, failures, fallbacks.
+
+An admin sees every figure. Another member sees nothing that counts the tokens of other
+members' prompts, since the changes between two polls would give them away: each lane's
+`prompt_cache` is the caller's own requests', and the KV cells are rounded to `COARSE_CELLS`.
+Queues, running sequences and latencies say how busy the box is, as any member's own
+requests would show it, and stay.
+"""
 
 from __future__ import annotations
 
@@ -10,35 +17,46 @@ from dataclasses import asdict
 
 from fastapi import APIRouter
 
-from homeai.api.auth import CurrentMember
+from homeai.api.auth import Caller, CurrentMember
 from homeai.api.deps import EngineDep, RuntimeDep
 from homeai.engine.state import EngineState, LaneState
 
 router = APIRouter(prefix="/api", tags=["lanes"])
 
+COARSE_CELLS = 256  # a non-admin's KV cell counts, rounded to this: no single prompt's length shows
+CELL_KEYS = ("cells_used", "cells_cached")
+
 
 @router.get("/lanes")
-async def lanes(engine: EngineDep, runtime: RuntimeDep, _member: CurrentMember) -> dict:
+async def lanes(engine: EngineDep, runtime: RuntimeDep, member: CurrentMember) -> dict:
     # On the event loop, where the remote gates change: their counts are read whole.
-    view = lanes_view(engine.state())
+    view = lanes_view(engine.state(), member)
     for lane, remote in runtime.remotes.snapshot().items():
         view["lanes"][lane]["remote"] = remote
     return view
 
 
-def lanes_view(state: EngineState) -> dict:
-    """The engine's state as `/api/lanes` shows it."""
-    caches = {name: asdict(c) for name, c in state.caches.items()}
-    kv = {key: state.total(key) for key in caches["main"]}  # totals over the caches
+def lanes_view(state: EngineState, caller: Caller | None = None) -> dict:
+    """The engine's state as `/api/lanes` shows it to `caller` (None: an admin's view)."""
+    member = None if caller is None or caller.is_admin else caller.name
+    caches = {name: _coarse(asdict(c), member) for name, c in state.caches.items()}
+    kv = _coarse({key: state.total(key) for key in caches["main"]}, member)  # totals over the caches
     kv["caches"] = caches
-    return {"lanes": {name: _lane(lane) for name, lane in state.lanes.items()}, "kv": kv, "steps": state.steps,
-            "step_cost_ms": state.step_cost_ms}
+    return {"lanes": {name: _lane(lane, member) for name, lane in state.lanes.items()}, "kv": kv,
+            "steps": state.steps, "step_cost_ms": state.step_cost_ms}
 
 
-def _lane(lane: LaneState) -> dict:
+def _lane(lane: LaneState, member: str | None) -> dict:
     policy = {k: v for k, v in asdict(lane.policy).items() if k != "name"}
-    cache = lane.prompt_cache
+    cache = lane.prompt_cache if member is None else lane.prompt_cache_of(member)
     return {"policy": policy, "queued": lane.queued, "running": lane.running, "rejected": lane.rejected,
             "typical_output_tokens": lane.typical_output_tokens, "reading_pace_ms": lane.reading_pace_ms,
             "finished": lane.finished, "ttft_ms": asdict(lane.ttft_ms), "itl_ms": asdict(lane.itl_ms),
             "prompt_cache": {**asdict(cache), "hit_rate": round(cache.hit_rate, 4)}}
+
+
+def _coarse(cells: dict, member: str | None) -> dict:
+    """A cache's figures; for a member who is not an admin (`member` set), cells rounded to `COARSE_CELLS`."""
+    if member is None:
+        return cells
+    return {k: (round(v / COARSE_CELLS) * COARSE_CELLS if k in CELL_KEYS else v) for k, v in cells.items()}

@@ -6,6 +6,12 @@ Gauges, and the rejection counter the engine keeps, are read from `engine.state(
 scrape time. Every per-lane series carries the label `lane`. When auth is required, scraping
 needs a member's bearer token (a member made for Prometheus will do), unless
 `server.metrics_public` opens it to anyone who reaches the port.
+
+Token counts (prompt and output tokens, the prompt cache's, KV cells) are an admin's: between
+two scrapes they tell the length of each prompt another member sent. A scrape with another
+member's token, or none (`metrics_public`), gets the rest: requests, latencies, queues, running
+sequences, rejections, steps. A Prometheus that should record every figure scrapes with an
+admin's token.
 """
 
 from __future__ import annotations
@@ -72,8 +78,27 @@ class Metrics:
         if stats.preemptions:
             m["preempt"].inc(stats.preemptions)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, *, token_counts: bool = True) -> bytes:
+        """The exposition; without the families that count tokens unless `token_counts`."""
+        return generate_latest(self.registry if token_counts else _WithoutTokenCounts(self.registry))
+
+
+TOKEN_COUNT_FAMILIES = ("homeai_prompt_tokens", "homeai_output_tokens", "homeai_kv_cells_used", "homeai_kv_cells_free")
+
+
+def counts_tokens(family: str) -> bool:
+    """Whether a metric family counts tokens (an admin's: `Metrics.render`)."""
+    return family in TOKEN_COUNT_FAMILIES or family.startswith("homeai_prompt_cache_")
+
+
+class _WithoutTokenCounts:
+    """A registry's families other than those that count tokens (what `generate_latest` reads)."""
+
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return (family for family in self.registry.collect() if not counts_tokens(family.name))
 
 
 class SnapshotCollector:
@@ -144,10 +169,13 @@ def _prompt_cache(state: EngineState) -> Iterable[Metric]:
 
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request, authorization: Annotated[str | None, Header()] = None) -> Response:
-    """Any member's token may scrape when auth is required, anyone with `server.metrics_public`."""
+    """Any member's token may scrape when auth is required, anyone with `server.metrics_public`;
+    the token counts only an admin (or, with auth off, the household)."""
     from homeai.api.auth import current_member  # auth imports the runtime, which imports this module
 
     runtime = request.app.state.runtime
-    if not runtime.cfg.server.metrics_public:
-        current_member(runtime, authorization)  # 401 without a valid token when auth is required
-    return Response(runtime.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    if authorization is None and runtime.cfg.server.metrics_public and runtime.cfg.auth.required:
+        admin = False
+    else:
+        admin = current_member(runtime, authorization).is_admin  # 401 without a valid token when auth is required
+    return Response(runtime.metrics.render(token_counts=admin), media_type=CONTENT_TYPE_LATEST)

@@ -166,6 +166,7 @@ class Engine:
         self.failure: str | None = None  # why the loop died, once it has
         self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0}
         self.prompt_cache = {name: PromptCacheUse() for name in policies}  # per lane, since the start
+        self.member_prompt_cache: dict[tuple[str, str], PromptCacheUse] = {}  # per (lane, member): a member's own
         self._ids = itertools.count()
         self._calls: deque = deque()  # call_in_loop() work, run between steps
         self._background_holds = 0  # background_paused() blocks open: only interactive work steps
@@ -449,6 +450,8 @@ class Engine:
         if request.kind is Kind.GENERATE:
             self.prompt_cache[request.lane] = self.prompt_cache[request.lane].plus(stats.prompt_tokens,
                                                                                  stats.cached_tokens)
+            own = self.member_prompt_cache.get(request.key, PromptCacheUse())
+            self.member_prompt_cache[request.key] = own.plus(stats.prompt_tokens, stats.cached_tokens)
         stream.push(FinishEvent(reason, stream.text.flush(), stats, request.embedding, error))
         self.windows[request.lane].add(stats)
         for callback in self.on_finish:
@@ -483,7 +486,8 @@ class Engine:
         return LaneState(policy, self.scheduler.num_waiting(name), running, self.counters["rejected"][name],
                          round(self.scheduler.typical_output(name), 1), _rounded(self.scheduler.reading_pace(name)),
                          recent["finished"], Latency(**recent["ttft_ms"]), Latency(**recent["itl_ms"]),
-                         self.prompt_cache[name])
+                         self.prompt_cache[name],
+                         {m: use for (lane, m), use in self.member_prompt_cache.items() if lane == name})
 
 
 def _rounded(ms: float | None) -> float | None:
@@ -506,7 +510,7 @@ def scheduler_limits(cfg, info=None) -> SchedulerLimits:
         background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms,
         embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=m.interactive_n_ctx,
         prompt_cache=s.prompt_cache, prompt_cache_max_cells=s.prompt_cache_max_cells,
-        member_seq_share=s.member_seq_share)
+        prompt_cache_shared=s.prompt_cache_shared, member_seq_share=s.member_seq_share)
 
 
 def create_engine(cfg, runner) -> Engine:

@@ -1,6 +1,7 @@
 """What the box is doing, as typed values: each lane's policy and live state, each KV cache's
-use, and the prompt cache's hits. The engine builds it under its lock; `api/lanes.py` turns it
-into the `/api/lanes` JSON and `api/metrics.py` into gauges."""
+use, and the prompt cache's hits (the lane's, and each member's own). The engine builds it
+under its lock; `api/lanes.py` turns it into the `/api/lanes` JSON and `api/metrics.py` into
+gauges, each showing a member who is not an admin only what tells nothing of others' prompts."""
 
 from __future__ import annotations
 
@@ -47,6 +48,11 @@ class LaneState:
     ttft_ms: Latency
     itl_ms: Latency
     prompt_cache: PromptCacheUse = field(default_factory=PromptCacheUse)
+    member_prompt_cache: dict[str, PromptCacheUse] = field(default_factory=dict)  # each member's own share
+
+    def prompt_cache_of(self, member: str) -> PromptCacheUse:
+        """The figures of `member`'s own finished generations on this lane."""
+        return self.member_prompt_cache.get(member, PromptCacheUse())
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,8 @@ def test_a_shared_prefix_survives_its_owner_being_preempted(runner):
     tokens = chat(runner, "Summarise the devices in the house.")
     outputs, ref = reference(runner, tokens)
     d = Driver(runner, max_cells=16)  # a preempted sequence keeps 16 cells: the rest are dropped
-    owner = Request("owner", "summaries", "b", chat(runner, "Summarise the devices in the house, room by room."),
+    # the same member's (cells of another member's are shared only as far as no member wrote them)
+    owner = Request("owner", "summaries", "a", chat(runner, "Summarise the devices in the house, room by room."),
                     0.0, params=SamplingParams(temperature=0, max_tokens=200, ignore_eos=True))
     d.run(owner, until=lambda: owner.is_decoding)
     target = forced(tokens, outputs, lane="summaries")
