@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException
 
 from homeai import __version__
 from homeai.api import ollama_models
+from homeai.config import GrammarConfig
 from homeai.api.auth import CurrentMember, current_member, lane_for
 from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep
 from homeai.api.errors import ApiError
@@ -50,7 +51,7 @@ from homeai.api.streaming import abort_on_disconnect, collect
 from homeai.api.submit import off_loop, submit
 from homeai.engine.engine import Engine, FinishEvent, RequestStream, TokenEvent
 from homeai.sched.request import Grammar
-from homeai.tools import ToolCall, ToolError, ToolPlan, ollama_format_grammar
+from homeai.tools import ToolCall, ToolError, ToolPlan, checked_grammar, ollama_format_grammar
 from lanes.base import LanePolicy
 
 log = logging.getLogger("homeai.api")
@@ -82,12 +83,9 @@ def chat_prompt(engine: Engine, messages: list[dict], plan: ToolPlan | None) -> 
     return chat_template(engine.runner, plan)(messages)
 
 
-def format_grammar(format: str | dict | None) -> Grammar | None:
+def format_grammar(format: str | dict | None, runner, limits: GrammarConfig) -> Grammar | None:
     """The grammar that holds an answer to `format` ("json" or a JSON schema); None for free text."""
-    try:
-        return ollama_format_grammar(format)
-    except ToolError as e:
-        raise tool_error(e) from None
+    return _grammar(None, format, runner, limits)
 
 
 def _ollama_calls(calls: tuple[ToolCall, ...]) -> list[dict]:
@@ -204,7 +202,7 @@ async def chat(body: ChatRequest, request: Request, runtime: RuntimeDep, engine:
     if plan is not None and body.format is not None:
         raise ApiError(400, "format cannot be combined with tools")
     reply = Reply(model, "chat", plan)
-    grammar = await asyncio.to_thread(_grammar, plan, body.format)
+    grammar = await asyncio.to_thread(_grammar, plan, body.format, engine.runner, runtime.cfg.grammar)
     params = dataclasses.replace(body.sampling(policy, runtime.cfg.server.max_output_tokens), grammar=grammar)
     stream = await submit(engine, lambda: chat_prompt(engine, messages, plan), lane=lane, member=member.name,
                           params=params, prompt_param="messages")
@@ -226,7 +224,7 @@ async def generate(body: GenerateRequest, request: Request, runtime: RuntimeDep,
         system = [{"role": "system", "content": body.system}] if body.system else []
         return engine.runner.apply_chat_template([*system, {"role": "user", "content": body.prompt}])
 
-    grammar = await asyncio.to_thread(format_grammar, body.format)
+    grammar = await asyncio.to_thread(format_grammar, body.format, engine.runner, runtime.cfg.grammar)
     params = dataclasses.replace(body.sampling(policy, runtime.cfg.server.max_output_tokens), grammar=grammar)
     stream = await submit(engine, prompt, lane=lane, member=member.name, params=params, prompt_param="prompt")
     return await _answer(request, stream, reply, stream_lines=body.stream, started=started)
@@ -240,12 +238,12 @@ def _generation(runtime, body: Generating, lane: str, num_messages: int = 0) -> 
     return model, policy
 
 
-def _grammar(plan: ToolPlan | None, format) -> Grammar | None:
-    """The tools' grammar, else the format's (a schema's conversion takes a few ms: called off the loop)."""
-    if plan is None:
-        return format_grammar(format)
+def _grammar(plan: ToolPlan | None, format, runner, limits: GrammarConfig) -> Grammar | None:
+    """The tools' grammar, else the format's, bounded and checked (`checked_grammar` blocks for up to
+    `[grammar] build_timeout_s`: called off the loop)."""
+    make = plan.grammar if plan is not None else lambda bounds: ollama_format_grammar(format, bounds)
     try:
-        return plan.grammar()
+        return checked_grammar(make, runner, limits)
     except ToolError as e:
         raise tool_error(e) from None
 

@@ -59,7 +59,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, runtim
         if plan is not None and body.response_format not in (None, {"type": "text"}):
             raise ApiError(400, "response_format cannot be combined with tools", code="invalid_value",
                            param="response_format")
-        grammar = await _grammar(plan.grammar if plan else lambda: tools.response_format_grammar(body.response_format))
+        grammar = await _grammar(runtime, runner, plan.grammar if plan else
+                                 lambda limits: tools.response_format_grammar(body.response_format, limits))
         params = dataclasses.replace(body.sampling(policy), grammar=grammar)
         messages = [m.for_template() for m in body.messages]
         docs, citations = await _documents(request, messages) if body.documents else ("", [])
@@ -108,7 +109,8 @@ async def completions(body: CompletionRequest, request: Request, runtime: Runtim
     async def local(fallback: bool) -> Response:
         engine = get_engine(runtime)
         model = _model(runtime, None if fallback else body.model, "generate")
-        grammar = await _grammar(lambda: tools.response_format_grammar(body.response_format))
+        grammar = await _grammar(runtime, engine.runner,
+                                 lambda limits: tools.response_format_grammar(body.response_format, limits))
         params = dataclasses.replace(body.sampling(policy), grammar=grammar)
         prompt = body.one_prompt()
         stream = await submit(engine, lambda: prompt, lane=lane, member=member.name, params=params,
@@ -194,10 +196,11 @@ def chat_template(runner, plan: tools.ToolPlan | None):
     return lambda messages: runner.apply_chat_template(plan.messages(messages), plan.template_tools())
 
 
-async def _grammar(build) -> Grammar | None:
-    """`build()` (a schema's conversion to GBNF takes a few ms: off the event loop); bad input is a 400."""
+async def _grammar(runtime, runner, make) -> Grammar | None:
+    """`make(limits)`'s grammar, bounded and checked by `tools.checked_grammar` (off the event loop: the
+    check may take up to `[grammar] build_timeout_s`); bad input is a 400."""
     try:
-        return await asyncio.to_thread(build)
+        return await asyncio.to_thread(tools.checked_grammar, make, runner, runtime.cfg.grammar)
     except tools.ToolError as e:
         raise tool_error(e) from None
 

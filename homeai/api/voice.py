@@ -241,7 +241,7 @@ class VoiceSession:
             raise VoiceError("model_loading", "the model is still loading; retry shortly")
         plan = _tool_plan(self.runtime.engine.runner, settings.tools, settings.tool_choice)
         if plan is not None:  # bad tools are refused here, not at the first question
-            await asyncio.to_thread(_check_grammar, plan)
+            await asyncio.to_thread(_check_grammar, plan, self.runtime.engine.runner, self.runtime.cfg.grammar)
         self.member_id = await asyncio.to_thread(self._check_conversation, settings.conversation_id)
         await self.cancel_turn("cancelled")
         limit_s = min(self.runtime.cfg.speech.max_utterance_s, stt.cfg.max_utterance_s)
@@ -465,7 +465,7 @@ class Turn:
             # words, and on the last round it must.
             choice = self.settings.tool_choice if round_ == 0 else "none" if round_ == MAX_TOOL_ROUNDS - 1 else "auto"
             plan = _tool_plan(engine.runner, self.settings.tools, choice)
-            self.stream = await _submit(engine, messages, self.member, plan)
+            self.stream = await _submit(engine, messages, self.member, plan, self.session.runtime.cfg.grammar)
             reason, calls = await self._stream_answer(plan)
             if not calls:
                 break
@@ -579,12 +579,12 @@ class Turn:
                               output_tokens=stats.output_tokens if stats else None)
 
 
-async def _submit(engine, messages: list[dict], member: str, plan):
+async def _submit(engine, messages: list[dict], member: str, plan, limits):
     """Queue the answer through the API's one submit path; a refusal becomes a `VoiceError`."""
     template = chat_template(engine.runner, plan)
     params = answer_params(engine.policies[LANE])
     if plan is not None:
-        params = replace(params, grammar=await asyncio.to_thread(plan.grammar))
+        params = replace(params, grammar=await asyncio.to_thread(plan.grammar, limits))  # checked at session.start
     try:
         return await submit(engine, lambda: template(messages),
                             lane=LANE, member=member, params=params, prompt_param="messages")
@@ -601,10 +601,11 @@ def _tool_plan(runner, tools: list | None, tool_choice):
         raise VoiceError("invalid_tools", str(e)) from None
 
 
-def _check_grammar(plan) -> None:
-    """A tool schema beyond the grammar converter is refused at session.start too."""
+def _check_grammar(plan, runner, limits) -> None:
+    """A tool schema past the `[grammar]` limits or beyond the grammar converter or llama.cpp is refused
+    at session.start (`checked_grammar`: blocking, called off the loop)."""
     try:
-        plan.grammar()
+        tool_calling.checked_grammar(plan.grammar, runner, limits)
     except tool_calling.ToolError as e:
         raise VoiceError("invalid_tools", str(e)) from None
 

@@ -26,6 +26,8 @@ import copy
 import ctypes
 import os
 import random
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +36,9 @@ import llama_cpp as ll
 import numpy as np
 from llama_cpp.llama_grammar import SchemaConverter
 
-from homeai.config import ModelConfig
+from homeai.config import GrammarConfig, ModelConfig
 from homeai.engine import gpu, template
+from homeai.engine.grammar_check import GrammarChecker
 from homeai.threads import default_threads
 from homeai.sched.request import Grammar, Sample, SamplingParams
 from homeai.sched.pools import GENERATE, Copy, Pool
@@ -260,6 +263,8 @@ def _context(model, *, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int,
 
 
 class Runner:
+    grammar_checker: GrammarChecker | None = None  # started at the first grammar (`check_grammar`)
+
     def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None):
         _init_backend()
         self.cfg = cfg
@@ -486,10 +491,21 @@ class Runner:
         ll.llama_sampler_accept(chain, token)
         return token
 
+    def check_grammar(self, grammar: Grammar, timeout_s: float) -> str | None:
+        """Why llama.cpp cannot take `grammar` within `timeout_s` (None: it can), tried in the grammar
+        checker's process (`homeai.engine.grammar_check`), never first in this one."""
+        with _checker_lock:
+            if self.grammar_checker is None:
+                self.grammar_checker = GrammarChecker(self.info.path)
+        return self.grammar_checker.check(grammar.text, grammar.root, timeout_s)
+
     def grammar_ok(self, grammar: Grammar) -> bool:
         """Whether llama.cpp parses `grammar`: checked when a request is submitted, since a grammar
-        that fails in the middle of a step would fail the step's other requests too."""
-        sampler = grammar_sampler(self.vocab, grammar)
+        that fails in the middle of a step would fail the step's other requests too. It is tried
+        in the checker's process first (its answer is kept: the routes asked it already)."""
+        if self.check_grammar(grammar, GrammarConfig.build_timeout_s) is not None:
+            return False
+        sampler = grammar_sampler(self.vocab, grammar)  # its trigger patterns too
         if not sampler:
             return False
         ll.llama_sampler_free(sampler)
@@ -591,10 +607,116 @@ def json_schema_grammar(schema: dict, rule: str = "root") -> str:
     try:
         top = converter.visit(converter.resolve_refs(copy.deepcopy(schema), "request"),
                               "" if rule == "root" else rule)
-    except Exception as e:  # the converter asserts on what it cannot handle
-        raise GrammarError(f"this JSON schema cannot be turned into a grammar: {e}") from None
-    text = converter.format_grammar()
+    except Exception as e:  # the converter asserts on what it cannot handle (its message may hold the schema)
+        raise GrammarError(f"this JSON schema cannot be turned into a grammar: {str(e)[:160]}") from None
+    text = strict_strings(converter.format_grammar())
     return text if top == rule else f"{text}\n{rule} ::= {top}\n"
+
+
+NOT_IN_JSON_STRINGS = '"\\\\\\x00-\\x1F\\x7F'  # GBNF: a quote, a backslash and the control characters
+
+
+def strict_strings(gbnf: str) -> str:
+    """The converter's GBNF with every negated character class (`char ::= [^"\\]`, a pattern's
+    `.` and `[^...]`) also refusing raw control characters, quotes and backslashes, as JSON strings
+    must (llama.cpp's own converter writes `[^"\\\x7F\x00-\x1F]`): else a reply could hold a raw
+    newline or tab inside a string, which strict `json.loads` refuses."""
+    out, i, n = [], 0, len(gbnf)
+    while i < n:
+        c = gbnf[i]
+        if c == '"':  # a literal: kept as it is
+            end = _literal_end(gbnf, i, '"')
+            out.append(gbnf[i:end])
+            i = end
+        elif c == "[":
+            end = _literal_end(gbnf, i, "]")
+            negated = gbnf.startswith("[^", i)
+            out.append(f"[^{NOT_IN_JSON_STRINGS}{gbnf[i + 2:end]}" if negated else gbnf[i:end])
+            i = end
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _literal_end(text: str, start: int, close: str) -> int:
+    i = start + 1
+    while i < len(text) and text[i] != close:
+        i += 2 if text[i] == "\\" else 1
+    return i + 1
+
+
+_checker_lock = threading.Lock()
+CHECK_STACK_BYTES = 1 << 20  # the checker builds grammars on a stack smaller than any of the daemon's threads'
+
+
+def grammar_worker(model_path: str, conn) -> None:
+    """The grammar checker's process (`homeai.engine.grammar_check`): the model's vocabulary only;
+    for each (text, root, steps, budget_s) received, why llama.cpp cannot take the grammar ("": it
+    can). llama.cpp's messages (a refused grammar's whole text among them) go to a scratch file,
+    of which the first line is the reason."""
+    scratch = tempfile.TemporaryFile()
+    os.dup2(scratch.fileno(), 2)
+    _init_backend()
+    params = ll.llama_model_default_params()
+    params.vocab_only = True
+    model = ll.llama_model_load_from_file(model_path.encode(), params)
+    vocab = ll.llama_model_get_vocab(model)
+    candidates = _Candidates(ll.llama_vocab_n_tokens(vocab))
+    conn.send("ready")
+
+    def serve() -> None:
+        while True:
+            try:
+                text, root, steps, budget_s = conn.recv()
+            except EOFError:
+                return
+            scratch.seek(0)
+            scratch.truncate()
+            why = _try_grammar(vocab, candidates, text, root, steps, budget_s)
+            conn.send(_first_line(scratch) if why == "" else why or "")
+
+    threading.stack_size(CHECK_STACK_BYTES)
+    thread = threading.Thread(target=serve, name="grammar-check")
+    thread.start()
+    thread.join()
+
+
+def _try_grammar(vocab, candidates: _Candidates, text: str, root: str, steps: int, budget_s: float) -> str | None:
+    """Build the grammar and walk `steps` tokens (each weighed against the whole vocabulary, then one
+    of those it allows taken at random): why not; None when it went, "" when llama.cpp refused it."""
+    start = time.perf_counter()
+    sampler = ll.llama_sampler_init_grammar(vocab, text.encode("utf-8"), root.encode("utf-8"))
+    if not sampler:
+        return ""
+    rng = np.random.default_rng(len(text))
+    logits = rng.random(len(candidates.ids), dtype=np.float32)
+    try:
+        for _ in range(steps):
+            if time.perf_counter() - start > budget_s:
+                break
+            cur = candidates.fill(logits)
+            ll.llama_sampler_apply(sampler, ctypes.byref(cur))
+            allowed = np.flatnonzero(np.isfinite(candidates.data["logit"][:cur.size]))
+            if not len(allowed):
+                break
+            token = int(candidates.data["id"][allowed[rng.integers(len(allowed))]])
+            if ll.llama_vocab_is_eog(vocab, token):
+                break
+            ll.llama_sampler_accept(sampler, token)
+    finally:
+        ll.llama_sampler_free(sampler)
+    took = time.perf_counter() - start
+    if took > budget_s:
+        return f"llama.cpp took {took:.1f} s to build it and weigh its first tokens (at most {budget_s:g} s)"
+    return None
+
+
+def _first_line(scratch) -> str:
+    """llama.cpp's reason for refusing a grammar: the first line it wrote, cut short."""
+    scratch.seek(0)
+    line = scratch.read(4096).decode("utf-8", "replace").strip().split("\n", 1)[0]
+    return "llama.cpp refused its grammar: " + (line.split("error parsing grammar: ", 1)[-1][:200] or "no reason given")
 
 
 def log_probs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tuple[int, float], ...]]:

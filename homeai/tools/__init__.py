@@ -1,21 +1,29 @@
 """Tool calling and structured output, for every lane: the request's tools validated
 (`spec`), the call format its model's chat template writes (`formats`), one request's plan
 from prompt to parsed calls (`plan`), and replies held to JSON or a schema (`structured`).
-The grammars go to the runner as `SamplingParams.grammar`; nothing here touches llama.cpp
+The grammars go to the runner as `SamplingParams.grammar`, once `checked_grammar` has bounded
+them (`bounds`) and had the runner's grammar checker build them; nothing here touches llama.cpp
 beyond its schema converter (through the runner).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
+
+from homeai.config import GrammarConfig
+from homeai.sched.request import Grammar
 
 from homeai.tools.formats import CallFormat, for_template, generic_messages
 from homeai.tools.plan import CallStream, Reply, ToolCall, ToolPlan
 from homeai.tools.spec import ToolError, tool_set
 from homeai.tools.structured import ollama_format_grammar, response_format_grammar
 
-__all__ = ["CallFormat", "CallStream", "Reply", "ToolCall", "ToolError", "ToolPlan", "for_template",
-           "generic_messages", "ollama_format_grammar", "plan", "response_format_grammar"]
+__all__ = ["CallFormat", "CallStream", "Reply", "ToolCall", "ToolError", "ToolPlan", "checked_grammar",
+           "for_template", "generic_messages", "ollama_format_grammar", "plan", "response_format_grammar"]
+
+log = logging.getLogger("homeai.tools")
 
 
 def plan(tools: list | None, tool_choice: Any = None, parallel_tool_calls: bool = True, *,
@@ -24,3 +32,18 @@ def plan(tools: list | None, tool_choice: Any = None, parallel_tool_calls: bool 
     in the call format of the model's template. Raises ToolError for bad input."""
     chosen = tool_set(tools, tool_choice, parallel_tool_calls)
     return ToolPlan(chosen, for_template(template_source)) if chosen is not None else None
+
+
+def checked_grammar(make: Callable[[GrammarConfig], Grammar | None], runner, limits: GrammarConfig) -> Grammar | None:
+    """`make(limits)`, the request's grammar within the `[grammar]` limits, once the runner's grammar
+    checker has built it within `limits.build_timeout_s` (a blocking call: run it off the event loop).
+    Raises ToolError naming the field; a refused grammar is logged in one short line."""
+    try:
+        grammar = make(limits)
+        reason = runner.check_grammar(grammar, limits.build_timeout_s) if grammar is not None else None
+        if reason:
+            raise ToolError(reason, grammar.param)
+        return grammar
+    except ToolError as e:
+        log.info("grammar refused: %.300s", str(e).replace("\n", " "))
+        raise

@@ -10,9 +10,13 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from homeai.config import GrammarConfig
 from homeai.sched.request import Grammar
+from homeai.tools import bounds
 from homeai.tools.formats import CallFormat
 from homeai.tools.spec import ToolSet, dumps
+
+DEFAULT_LIMITS = GrammarConfig()
 
 
 @dataclass(frozen=True)
@@ -40,9 +44,16 @@ class ToolPlan:
     tools: ToolSet
     format: CallFormat
 
-    def grammar(self) -> Grammar:
-        """Raises ToolError for a tool's schema the grammar converter cannot handle."""
-        return self.format.grammar(self.tools)
+    def grammar(self, limits: GrammarConfig = DEFAULT_LIMITS) -> Grammar:
+        """Raises ToolError for a tool's schema past the `[grammar]` limits (`bounds`) or that the
+        grammar converter cannot handle."""
+        offered = self.tools.tools
+        bounds.check_size([t.parameters for t in offered], "tools", limits)
+        for i, tool in enumerate(offered):
+            bounds.check_schema(tool.parameters, f"tools.{i}.function.parameters", limits)
+        grammar = self.format.grammar(self.tools)
+        bounds.check_gbnf(grammar.text, "tools", limits)
+        return grammar
 
     def template_tools(self) -> list[dict] | None:
         """The `tools` for the chat template: none for a template that knows no tools (the system

@@ -2,30 +2,38 @@
 
 OpenAI's `response_format` (`text`, `json_object`, `json_schema` {name, schema, strict}) and
 Ollama's `format` (`"json"` or a schema) become the same `Grammar`. A schema that is not a valid
-JSON schema, or that the converter cannot turn into a grammar, is refused (ToolError, a 400)
-before anything is queued.
+JSON schema, that asks more of a grammar than the `[grammar]` limits allow (`homeai.tools.bounds`),
+or that the converter cannot turn into a grammar, is refused (ToolError, a 400) before anything
+is queued.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from homeai.config import GrammarConfig
 from homeai.sched.request import Grammar
+from homeai.tools import bounds
 from homeai.tools.formats import gbnf
 from homeai.tools.spec import ToolError, check_schema
 
 ANY_OBJECT = {"type": "object"}
+DEFAULT_LIMITS = GrammarConfig()
 
 
-def schema_grammar(schema: dict, param: str) -> Grammar:
+def schema_grammar(schema: dict, param: str, limits: GrammarConfig = DEFAULT_LIMITS) -> Grammar:
+    bounds.check_size(schema, param, limits)
     check_schema(schema, param)
+    bounds.check_schema(schema, param, limits)
     try:
-        return Grammar(gbnf(schema, "root"), param=param)
+        text = gbnf(schema, "root")
     except ValueError as e:  # GrammarError: valid, but beyond the converter
         raise ToolError(str(e), param) from None
+    bounds.check_gbnf(text, param, limits)
+    return Grammar(text, param=param)
 
 
-def response_format_grammar(response_format: Any) -> Grammar | None:
+def response_format_grammar(response_format: Any, limits: GrammarConfig = DEFAULT_LIMITS) -> Grammar | None:
     """The grammar for OpenAI's `response_format` (None: free text)."""
     if response_format is None:
         return None
@@ -35,7 +43,7 @@ def response_format_grammar(response_format: Any) -> Grammar | None:
     if kind == "text":
         return None
     if kind == "json_object":
-        return schema_grammar(ANY_OBJECT, "response_format")
+        return schema_grammar(ANY_OBJECT, "response_format", limits)
     if kind != "json_schema":
         raise ToolError(f"type must be text, json_object or json_schema, got {kind!r}", "response_format.type")
     spec = response_format.get("json_schema")
@@ -47,15 +55,15 @@ def response_format_grammar(response_format: Any) -> Grammar | None:
     if "strict" in spec and not isinstance(spec["strict"], (bool, type(None))):
         raise ToolError("must be true or false", "response_format.json_schema.strict")
     schema = spec.get("schema")
-    return schema_grammar(ANY_OBJECT if schema in (None, {}) else schema, "response_format.json_schema.schema")
+    return schema_grammar(ANY_OBJECT if schema in (None, {}) else schema, "response_format.json_schema.schema", limits)
 
 
-def ollama_format_grammar(format: Any) -> Grammar | None:
+def ollama_format_grammar(format: Any, limits: GrammarConfig = DEFAULT_LIMITS) -> Grammar | None:
     """The grammar for Ollama's `format`: "json" or a JSON schema (None: free text)."""
     if format in (None, ""):
         return None
     if format == "json":
-        return schema_grammar(ANY_OBJECT, "format")
+        return schema_grammar(ANY_OBJECT, "format", limits)
     if isinstance(format, dict):
-        return schema_grammar(format, "format")
+        return schema_grammar(format, "format", limits)
     raise ToolError('must be "json" or a JSON schema', "format")

@@ -1,0 +1,189 @@
+"""Grammars that cannot hurt the box (issue 26): a schema or tool whose grammar would be too large or
+too slow to build or sample is a 400 naming the field, on every path (`/v1` response_format and
+tools, `/v1/completions`, Ollama `format` and tools, the voice socket's tools), before anything
+reaches the engine; llama.cpp first builds a new grammar in the checker's process (a crash or a
+timeout there refuses the grammar, not the daemon); a refusal is logged in one short line.
+
+Run: .venv/bin/python -m pytest tests/security/test_grammar_bounds.py
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from homeai.config import GrammarConfig
+from homeai.engine.grammar_check import GrammarChecker
+from homeai.engine.runner import json_schema_grammar
+from homeai.tools import ToolError, bounds, response_format_grammar
+from tests.security.conftest import assert_refused, event, post_json, until, voice_socket
+
+LIMITS = GrammarConfig()
+INTS = {"type": "array", "items": {"type": "integer"}}
+
+
+def doubling(levels: int) -> dict:
+    """A small schema whose `$ref`s double the alternatives at each level: 2**levels in all."""
+    defs = {f"a{i}": {"anyOf": [{"$ref": f"#/$defs/a{i + 1}"}, {"$ref": f"#/$defs/a{i + 1}"}]} for i in range(levels)}
+    return {"$defs": {**defs, f"a{levels}": {"type": "string"}}, "type": "object",
+            "properties": {"x": {"$ref": "#/$defs/a0"}}}
+
+
+# Each schema the issue's probe crashed or stalled the daemon with, and the field its refusal names.
+REFUSED = {
+    "maxItems": ({**INTS, "maxItems": 100_000}, ".maxItems"),
+    "maxLength": ({"type": "string", "maxLength": 1_000_000}, ".maxLength"),
+    "minLength": ({"type": "string", "minLength": 1_000_000}, ".minLength"),
+    "20,000": ({"type": "string", "maxLength": 20_000}, ".maxLength"),
+    "nested": ({"type": "object", "properties": {"tags": {**INTS, "minItems": 5000}}}, ".properties.tags.minItems"),
+    "pattern": ({"type": "string", "pattern": "^a{0,5000}$"}, ".pattern"),
+    "optional group repeated": ({"type": "string", "pattern": "^(a?){0,999}$"}, ".pattern"),
+    "enum": ({"enum": [f"choice number {i}" for i in range(50_000)]}, ""),  # larger than max_schema_bytes
+    "wide enum": ({"enum": [f"c{i}" for i in range(LIMITS.max_enum + 1)]}, ".enum"),
+    "anyOf": ({"anyOf": [{"const": i} for i in range(LIMITS.max_enum + 1)]}, ".anyOf"),
+    "doubling refs": (doubling(22), ""),
+    "deep": (json.loads('{"type": "array", "items": ' * 40 + "{}" + "}" * 40), ".items" * 33),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_schema_past_the_bounds_is_refused_naming_the_field(name):
+    schema, field = REFUSED[name]
+    with pytest.raises(ToolError) as refused:
+        response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    where = "response_format.json_schema.schema"
+    assert refused.value.param.startswith(where + field), refused.value.param
+    assert len(str(refused.value)) < 400
+
+
+def test_the_bounds_come_from_the_config():
+    schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {**INTS, "maxItems": 50}}}
+    assert response_format_grammar(schema) is not None
+    with pytest.raises(ToolError, match="max_repeat"):
+        response_format_grammar(schema, GrammarConfig(max_repeat=10))
+
+
+def test_usual_schemas_pass_the_bounds():
+    """Bounds a household's schemas stay well within: Home Assistant's tools, a date pattern, a tree."""
+    node = {"type": "object", "properties": {"name": {"type": "string"}, "children": {
+        "type": "array", "items": {"$ref": "#/definitions/node"}, "maxItems": 5}}}
+    tree = {"definitions": {"node": node}, "type": "object", "properties": {"root": {"$ref": "#/definitions/node"}}}
+    for schema in (tree, {"type": "string", "pattern": "^(\\d{3}-)?\\d{4}$"}, {**INTS, "maxItems": 1000},
+                   {"enum": [f"c{i}" for i in range(LIMITS.max_enum)]}):
+        bounds.check_schema(schema, "s", LIMITS)
+        bounds.check_gbnf(json_schema_grammar(schema), "s", LIMITS)
+
+
+def test_groups_nested_too_deep_for_the_parser_are_refused():
+    deep = "root ::= " + "(" * 3000 + '"a"' + ")" * 3000
+    with pytest.raises(ToolError, match="nest"):
+        bounds.check_gbnf(deep, "format", LIMITS)
+    assert bounds.group_depth('root ::= ("(" [(] ("a")) # ((\n') == 2
+
+
+# ---- the checker's process ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checker(runner):
+    made = GrammarChecker(runner.info.path)
+    yield made
+    made.stop()
+
+
+def test_a_grammar_that_crashes_llama_cpp_crashes_only_the_checker(checker):
+    # 20,000 nested groups overflow llama.cpp's recursive parser (the issue's segfault).
+    crashing = "root ::= " + "(" * 20_000 + '"a"' + ")?" * 20_000
+    assert "failed" in checker.check(crashing, "root", 30.0)
+    assert checker.check('root ::= "yes" | "no"', "root", 30.0) is None  # a new checker answers
+
+
+def test_a_grammar_llama_cpp_refuses_gets_its_reason_in_a_line(checker):
+    reason = checker.check("root ::= undefined-rule " + "x" * 100_000, "root", 30.0)
+    assert reason and len(reason) < 300 and "\n" not in reason
+
+
+def test_a_grammar_too_slow_to_build_or_weigh_is_refused_within_the_ceiling(checker):
+    # A repeated optional group (which the bounds refuse before any build): llama.cpp weighs every
+    # split of the text between rounds, seconds a token on this box.
+    slow = json_schema_grammar({"type": "string", "pattern": "^(a?){0,999}$"})
+    reason = checker.check(slow, "root", 0.5)
+    assert reason and "more than 0.5 s" in reason
+    assert checker.check(slow, "root", 0.5) == reason  # kept: asked again, answered at once
+    assert checker.check('root ::= "ok"', "root", 30.0) is None
+
+
+# ---- every path, against a live server ------------------------------------------------------------
+
+MESSAGES = [{"role": "user", "content": "Hi"}]
+HUGE = {**INTS, "maxItems": 100_000}
+
+
+def as_tools(schema: dict) -> list[dict]:
+    return [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"x": schema}}}}]
+
+
+V1 = {
+    "chat response_format": ("/v1/chat/completions", {"messages": MESSAGES, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": HUGE}}}, "response_format.json_schema.schema.maxItems"),
+    "chat tools": ("/v1/chat/completions", {"messages": MESSAGES, "tools": as_tools(HUGE)},
+                   "tools.0.function.parameters.properties.x.maxItems"),
+    "completions": ("/v1/completions", {"prompt": "Hi", "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": HUGE}}}, "response_format.json_schema.schema.maxItems"),
+}
+OLLAMA = {
+    "chat format": ("/api/chat", {"messages": MESSAGES, "format": HUGE}, "format.maxItems"),
+    "chat tools": ("/api/chat", {"messages": MESSAGES, "tools": as_tools(HUGE)},
+                   "tools.0.function.parameters.properties.x.maxItems"),
+    "generate format": ("/api/generate", {"prompt": "Hi", "format": HUGE}, "format.maxItems"),
+}
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", sorted(V1))
+def test_v1_refuses_an_unbounded_schema_naming_the_field(http, name):
+    path, body, param = V1[name]
+    assert_refused(post_json(http, path, {"model": "homeai", **body}), param=param)
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", sorted(OLLAMA))
+def test_ollama_refuses_an_unbounded_schema_naming_the_field(http, name):
+    path, body, param = OLLAMA[name]
+    response = post_json(http, path, {"model": "homeai", "stream": False, **body})
+    assert response.status_code == 400, response.text[:300]
+    assert param in response.json()["error"]
+
+
+@pytest.mark.model
+def test_the_voice_socket_refuses_such_tools_at_session_start(server, token):
+    with voice_socket(server, token) as ws:
+        ws.send(json.dumps({"type": "session.start", "sample_rate": 16000, "tools": as_tools(HUGE)}))
+        error = until(ws, "error", "session.ready")[-1]
+        assert error["type"] == "error" and error["code"] == "invalid_tools", error
+        assert "tools.0.function.parameters.properties.x.maxItems" in error["message"]
+        ws.send(json.dumps({"type": "session.start", "sample_rate": 16000}))
+        assert event(ws)["type"] == "session.ready"  # the socket is still there
+
+
+@pytest.mark.model
+def test_a_refused_grammar_is_one_short_log_line_and_the_daemon_answers_on(http, caplog, capfd):
+    capfd.readouterr()
+    with caplog.at_level(logging.INFO, logger="homeai.tools"):
+        # One past the bounds; one llama.cpp itself refuses (the converter passes `\d` on, which it does
+        # not know), which it used to write out whole to stderr.
+        for schema in (HUGE, {**INTS, "maxItems": 1000, "items": {"type": "string", "pattern": "^\\d{3}$"}}):
+            response = post_json(http, "/v1/chat/completions", {"model": "homeai", "messages": MESSAGES,
+                                                                "response_format": {"type": "json_schema", "json_schema": {
+                                                                    "name": "x", "schema": schema}}})
+            assert_refused(response)
+    refusals = [r.getMessage() for r in caplog.records if r.name == "homeai.tools"]
+    assert len(refusals) == 2 and all(len(line) < 500 and "\n" not in line for line in refusals), refusals
+    out, err = capfd.readouterr()
+    assert len(out) + len(err) < 5000  # no grammar dumped
+    ok = post_json(http, "/v1/chat/completions", {"model": "homeai", "messages": MESSAGES, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": {**INTS, "maxItems": 3}}}})
+    assert ok.status_code == 200, ok.text[:300]
