@@ -160,24 +160,43 @@ def test_on_a_fair_share_tie_the_member_holding_fewer_goes_first():
     assert bob.status is Status.RUNNING and sched.num_waiting("chat") == 6  # all of them alice's
 
 
-def test_a_members_earlier_use_does_not_keep_its_chat_out_of_a_flooded_lane():
-    """bob used the lane alone earlier (a high fair-share counter); alice floods it now. bob's chat
-    still gets a reader at once: alice's preempted answer does not take the slot straight back."""
+def test_a_member_served_more_earlier_still_gets_a_reader_beside_a_flood():
+    """bob was served more than alice in the lane (a higher fair-share counter: alice trickled
+    beside his burst); then alice floods it. bob's chat still gets a reader at once: alice's
+    preempted answer does not take the slot straight back on her lower counter."""
     sched = taught(create_scheduler(num_cells=8192, num_seqs=32, interactive_cells=8192), cpu_ms)
     runner = FakeRunner(cost=cpu_ms)
-    earlier = [create_request(lane="chat", member="bob", num_prompt=200, max_tokens=300) for _ in range(4)]
-    for r in earlier:
+    trickle = create_request(lane="chat", member="alice", num_prompt=30, max_tokens=3000)
+    burst = [create_request(lane="chat", member="bob", num_prompt=200, max_tokens=300) for _ in range(8)]
+    for r in [trickle, *burst]:
         sched.add_request(r)
-    now = run_until_idle(sched, runner)
+    now = 0.0
+    while not all(r.finished for r in burst):
+        now = advance(sched, runner, now)
     alice = [create_request(lane="chat", member="alice", num_prompt=30, max_tokens=300, arrival=now)
              for _ in range(30)]
     for r in alice:
         sched.add_request(r)
-    for _ in range(150):
+    for _ in range(100):
         now = advance(sched, runner, now)
     assert sched.fair.counter(("chat", "bob")) > sched.fair.counter(("chat", "alice"))
+    assert sched.num_waiting("chat") > 0
     bob = create_request(lane="chat", member="bob", num_prompt=40, max_tokens=20, arrival=now)
     sched.add_request(bob)
     admitted, now = steps_until(sched, runner, now, lambda: bob.status is Status.RUNNING)
     assert admitted <= 2
     assert sum(r.num_preemptions for r in alice) <= 3, "no member's answer goes back and forth"
+
+
+def test_a_member_who_used_the_lane_alone_is_not_owed_it_by_a_newcomer():
+    """bob used the lane alone and left; alice comes after: she starts level with him, not with
+    all he was served as credit (else her flood's prefills would take every turn before his next chat)."""
+    sched, runner = create_scheduler(), FakeRunner()
+    for _ in range(4):
+        sched.add_request(create_request(lane="chat", member="bob", num_prompt=100, max_tokens=50))
+    now = run_until_idle(sched, runner)
+    bob = sched.fair.counter(("chat", "bob"))
+    assert bob > 0
+    sched.add_request(create_request(lane="chat", member="alice", num_prompt=20, max_tokens=5, arrival=now))
+    step(sched, runner, now)
+    assert sched.fair.counter(("chat", "alice")) >= bob
