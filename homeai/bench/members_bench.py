@@ -9,15 +9,18 @@ from sending to the first content chunk, while another member does one thing:
 
 * idle: nothing (the baseline every ratio is taken against, measured in the same run);
 * chat flood: alice keeps `streams` streams of `stream_tokens` tokens in flight on the chat lane
-  (each a counting task, so it runs long; a finished one is sent again);
+  (each asks for a long story, sampled, so it runs to `max_tokens`; a finished one is sent again);
 * voice flood: the same with `X-HomeAI-Lane: voice`, a lane alice may use;
 * voice refused: carol's same flood on the voice lane, which she may not use: every request
-  should be a 403 (a refused sender tries again after `retry_s`);
+  should be a 403 (a refused sender tries again after `retry_s`, as a client backing off would);
 * refused grammar: alice sends `response_format` json_schemas too large to build (an enum of
-  50,000 strings, `maxItems` 100000), which should be 400s before they reach the engine;
+  50,000 strings, `maxItems` 100000) from `grammar_senders` senders, each again `grammar_pause_s`
+  after its refusal; they should be 400s before they reach the engine;
 * idle again: nothing (how far the machine drifted over the run).
 
-Between phases the flooder's requests are cancelled and the engine drains. Targets (issue 26):
+Bob's chat gets `timeout_s` for its answer and his phase `phase_max_s` (past it, the chats not yet
+sent count as unanswered). Between phases the flooder's requests are cancelled and the engine
+drains. Targets (issue 26):
 beside a flood, bob's TTFT p95 <= 1 s and <= 3x idle p95; beside refused requests, every one
 refused as expected and no change beyond noise (p50 and p95 within `NO_CHANGE`x idle). Writes
 `members.json` and `members.md` under `--out`.
@@ -48,6 +51,8 @@ DRAIN_S = 120.0  # longest wait for the engine to finish a phase's leftovers
 QUESTIONS = ["What should I cook tonight?", "How long do eggs take to boil?", "Is it warm enough for a walk?",
              "What is a good name for a cat?", "How do I descale a kettle?", "When should I water the tomatoes?",
              "What rhymes with orange?", "How many minutes are in a day?"]
+SUBJECTS = ["a dragon who learns to bake bread", "a lighthouse keeper and a lost whale", "a robot gardener",
+            "a village where it never stops snowing", "two rival beekeepers", "a train that runs on music"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,12 +62,14 @@ class Shape:
     streams: int = 30  # the flooder's streams in flight
     stream_tokens: int = 300  # tokens of each flood stream
     grammar_senders: int = 2  # requests with a refused grammar in flight at once
-    retry_s: float = 1.0  # a refused sender sends again after this pause
-    timeout_s: float = 120.0  # bob's longest wait for an answer; longer counts as unanswered
+    retry_s: float = 5.0  # a sender refused a lane sends again after this pause (30 senders: 6 a second)
+    grammar_pause_s: float = 0.5  # a grammar sender sends again this long after its refusal
+    timeout_s: float = 60.0  # bob's longest wait for an answer; longer counts as unanswered
+    phase_max_s: float = 240.0  # bob's chats of a phase not sent by then count as unanswered
     seed: int = 0
 
 
-QUICK = Shape(samples=2, bob_tokens=4, streams=2, stream_tokens=16, grammar_senders=1, timeout_s=60.0)
+QUICK = Shape(samples=2, bob_tokens=4, streams=2, stream_tokens=16, grammar_senders=1, retry_s=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,14 +111,16 @@ class Answer:
     first_s: float | None = None  # sent -> first content chunk
     total_s: float | None = None
     chunks: int = 0
+    tokens: int | None = None  # the usage chunk's completion_tokens, when asked for
     error: str | None = None
 
 
 async def stream_chat(client: httpx.AsyncClient, body: dict, headers: dict | None = None,
-                      on_status=None, on_chunk=None) -> Answer:
-    """One streamed chat completion, read to its end; `on_status(code)` once the answer's head
-    came, `on_chunk()` per content chunk."""
-    sent, answer = time.perf_counter(), Answer(None)
+                      on_status=None, on_chunk=None, answer: Answer | None = None) -> Answer:
+    """One streamed chat completion, read to its end, into `answer` (the caller's, so what came
+    before a timeout is kept); `on_status(code)` once the answer's head came, `on_chunk()` per
+    content chunk."""
+    sent, answer = time.perf_counter(), answer or Answer(None)
     async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
         answer.status = response.status_code
         if on_status:
@@ -122,7 +131,9 @@ async def stream_chat(client: httpx.AsyncClient, body: dict, headers: dict | Non
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            for choice in json.loads(line[6:]).get("choices", ()):
+            chunk = json.loads(line[6:])
+            answer.tokens = (chunk.get("usage") or {}).get("completion_tokens", answer.tokens)
+            for choice in chunk.get("choices", ()):
                 content = choice.get("delta", {}).get("content")
                 if content:
                     answer.chunks += 1
@@ -150,11 +161,11 @@ def bob_body(rng: random.Random, tokens: int) -> dict:
 
 
 def flood_body(rng: random.Random, tokens: int) -> dict:
-    """A long stream: counting upward runs on past any `max_tokens` a household would set."""
-    start = rng.randrange(1, 5000)
-    content = f"Count upward from {start}, one number per line, and do not stop."
+    """A long stream: a long story, sampled (greedy, the small model soon ends it), runs to `max_tokens`."""
+    content = f"Write a very long story about {rng.choice(SUBJECTS)}. Use at least 2000 words."
     return {"model": "homeai", "messages": [{"role": "user", "content": content}], "max_tokens": tokens,
-            "temperature": 0, "stream": True}
+            "temperature": 0.8, "seed": rng.randrange(2**31), "stream": True,
+            "stream_options": {"include_usage": True}}
 
 
 @functools.cache
@@ -181,7 +192,7 @@ class Flood:
         self.rng = random.Random(f"{shape.seed}:{phase.name}:flood")
         self.statuses: collections.Counter = collections.Counter()
         self.heard: set[int] = set()  # senders whose first request has its status
-        self.chunks = self.finished_streams = self.finished_tokens = self.transport_errors = 0
+        self.chunks = self.finished_streams = self.finished_tokens = self.transport_errors = 0  # tokens: usage
         self.errors: list[str] = []  # what the refusals said, each different message once (at most 3)
         self.tasks: list[asyncio.Task] = []
         self.started_at = self.stopped_at = 0.0
@@ -220,10 +231,10 @@ class Flood:
             if answer.status != 200:
                 if answer.error and answer.error not in self.errors and len(self.errors) < 3:
                     self.errors.append(answer.error)
-                await asyncio.sleep(self.shape.retry_s)
+                await asyncio.sleep(self.shape.grammar_pause_s if self.phase.load == "grammar" else self.shape.retry_s)
             elif self.phase.load == "streams":
                 self.finished_streams += 1
-                self.finished_tokens += answer.chunks
+                self.finished_tokens += answer.tokens or 0
 
     def _status(self, i: int, status: int | None) -> None:
         self.statuses[status] += 1
@@ -264,20 +275,25 @@ class Sample:
     phase: str
     index: int
     status: int | None
-    ttft_ms: float | None  # None: no first token (refused, failed or past the timeout)
-    total_ms: float | None
+    ttft_ms: float | None  # None: no first token (refused, failed, past the timeout or not sent)
+    total_ms: float | None  # None: not read to its end
+    sent: bool = True  # False: the phase's time was up first
 
 
 async def bob_phase(client: httpx.AsyncClient, phase: Phase, shape: Shape) -> list[Sample]:
     """Bob's chats of a phase, one after another with a seeded think pause between them."""
     rng = random.Random(f"{shape.seed}:{phase.name}:bob")
-    samples = []
+    samples, deadline = [], time.perf_counter() + shape.phase_max_s
     for i in range(shape.samples):
-        body = bob_body(rng, shape.bob_tokens)
+        body, left = bob_body(rng, shape.bob_tokens), deadline - time.perf_counter()
+        if left <= 0:
+            samples.append(Sample(phase.name, i, None, None, None, sent=False))
+            continue
+        answer = Answer(None)
         try:
-            answer = await asyncio.wait_for(stream_chat(client, body), shape.timeout_s)
-        except (TimeoutError, asyncio.TimeoutError, httpx.HTTPError):  # unanswered: no TTFT
-            answer = Answer(None)
+            await asyncio.wait_for(stream_chat(client, body, answer=answer), min(shape.timeout_s, left))
+        except (TimeoutError, asyncio.TimeoutError, httpx.HTTPError):  # what came before it is kept
+            pass
         samples.append(Sample(phase.name, i, answer.status, _ms(answer.first_s), _ms(answer.total_s)))
         await asyncio.sleep(rng.uniform(0.2, 0.5))
     return samples
@@ -388,7 +404,8 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 def bob_figures(samples: list[Sample]) -> dict:
     ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
-    return {"n": len(samples), "answered": len(ttfts),
+    return {"n": len(samples), "sent": sum(s.sent for s in samples), "answered": len(ttfts),
+            "whole": sum(s.total_ms is not None for s in samples),
             "statuses": dict(collections.Counter(str(s.status) for s in samples)),
             "ttft_ms": {"p50": percentile(ttfts, 50), "p95": percentile(ttfts, 95), "max": max(ttfts, default=None)}}
 
@@ -455,14 +472,21 @@ def markdown(report: dict, command: str) -> str:
               for error in p["flood"]["errors"]]
     text = ["# One member beside another", "", f"Command: `{command}`", "",
             f"Bob sends {s['samples']} streamed chats a phase ({s['bob_tokens']} tokens, "
-            f"one after another), timed to the first content chunk; a flood keeps {s['streams']} streams of "
-            f"{s['stream_tokens']} tokens in flight (a finished one is sent again); a refused request is sent "
-            f"again after {s['retry_s']:g} s. Seed {s['seed']}.", "", f"Machine: {report['machine']}", "", *rows, "",
-            "Their tokens/s: content chunks a second over the phase; bob's ratios are against his idle phase of "
-            "this run.", "",
+            f"one after another), timed to the first content chunk, each given {s['timeout_s']:g} s and the phase "
+            f"{s['phase_max_s']:g} s; a flood keeps {s['streams']} streams of {s['stream_tokens']} tokens in flight "
+            f"(a finished one is sent again); a stream refused its lane is sent again after {s['retry_s']:g} s, a "
+            f"refused grammar {s['grammar_pause_s']:g} s after its refusal ({s['grammar_senders']} at once). "
+            f"Seed {s['seed']}.", "", f"Machine: {report['machine']}", "", *rows, "",
+            "Their tokens/s: content chunks a second over the phase (tokens per finished stream: "
+            f"{_per_stream(report)}); bob's ratios are against his idle phase of this run.", "",
             *(["What the refused requests were told:", "", *errors, ""] if errors else []),
             *[f"* {line}" for line in report["findings"]], ""]
     return "\n".join(text)
+
+
+def _per_stream(report: dict) -> str:
+    return ", ".join(f"{name} {p['flood']['tokens_per_finished_stream']}" for name, p in report["phases"].items()
+                     if p["flood"] and p["flood"]["load"] == "streams" and p["flood"]["expected_status"] == 200)
 
 
 def _what(flood: dict) -> str:

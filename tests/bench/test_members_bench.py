@@ -32,7 +32,8 @@ def test_quick_run_reports_every_phase(runner, tmp_path):
     for phase in members_bench.PHASES:
         figures = report["phases"][phase.name]
         bob = figures["bob"]
-        assert bob["n"] == shape.samples and bob["statuses"] == {"200": shape.samples}, phase.name
+        assert bob["n"] == bob["sent"] == bob["whole"] == shape.samples, phase.name
+        assert bob["statuses"] == {"200": shape.samples}, phase.name
         assert set(bob["ttft_ms"]) == {"p50", "p95", "max"} and bob["ttft_ms"]["p50"] is not None, phase.name
         assert figures["p50_over_idle"] is not None and figures["result"] in ("pass", "fail", "-"), phase.name
         flood = figures["flood"]
