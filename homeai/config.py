@@ -89,8 +89,9 @@ class SchedulerConfig:
     # any member's prefixes: faster for a household that shares long prompts, but a member can then
     # tell from timings and cached_tokens what another member sent.
     prompt_cache_shared: bool = False
-    # Most running sequences one member holds in an interactive lane, as a share of the lane's
-    # readers; the rest are kept for the other members (an over-share member's newest is preempted).
+    # Most running sequences one member holds in the interactive lanes (voice and chat share their
+    # readers), as a share of those readers, while another member's request waits there; the rest
+    # are kept for the other members (an over-share member's newest is preempted). 1: no cap.
     member_seq_share: float = 0.5
 
 

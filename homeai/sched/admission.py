@@ -5,8 +5,8 @@ decoding sequence for the next step, and with one cache for all, the sequence id
 keeps), and, for an interactive request, the readers keep their pace with it (`pacing.py`).
 With one cache for every lane, an interactive request that does not fit preempts background
 down to its minimum share (`share.py`). Once a request of a class is refused, a larger one of
-that class is not tried again in the same step. A member at its share of an interactive lane
-waits while another member's request waits there (`members.py`).
+that class is not tried again in the same step. A member at its share of the interactive
+readers waits while another member's interactive request waits (`members.py`).
 """
 
 from __future__ import annotations

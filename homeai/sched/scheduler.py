@@ -18,9 +18,9 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
 
 An interactive request is admitted only while the readers keep their pace (`pacing.py`). KV
 admission reserves cells (`pools.py`); with one cache for every lane, an interactive request
-that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. In
-an interactive lane a member holds at most its share of the readers while another member's
-request waits there: the over-share member's newest sequence gives way (`members.py`).
+that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. A
+member holds at most its share of the interactive readers while another member's interactive
+request waits: the over-share member's newest sequence gives way (`members.py`).
 Every rule of a step reads one `Step`, fixed when the step begins; a hold on background (a
 voice turn's pause) is an input to `schedule()`. A `Policy` may change the candidates' order,
 admission and the budget (the benchmark's baselines do).
@@ -81,7 +81,7 @@ class SchedulerLimits:
     # `prompt_cache_max_cells` a pool (0: whatever the live sequences leave free).
     prompt_cache: bool = False
     prompt_cache_max_cells: int = 0
-    member_seq_share: float = 0.5  # the most of an interactive lane's readers one member holds while others wait
+    member_seq_share: float = 0.5  # the most of the interactive readers one member holds while others wait
     prompt_cache_shared: bool = False  # every member reuses every member's prefixes (else: per member, `prefix.py`)
 
 

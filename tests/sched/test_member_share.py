@@ -1,6 +1,7 @@
-"""A member's share of an interactive lane (`homeai/sched/members.py`): one member's flood of chats
-never keeps another member's chat out for long, a preempted answer comes out the same, waiting
-members take turns, and a lone member still uses every reader."""
+"""A member's share of the interactive readers (`homeai/sched/members.py`): one member's flood of
+chats (or of voice requests, which go first) never keeps another member's chat out for long, a
+preempted answer comes out the same, waiting members take turns, and a lone member still uses
+every reader."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from tests.sched.helpers import (FakeRunner, cpu_ms, create_request, create_sche
                                  taught, token_for)
 
 
-def flooded(share=0.5, interactive_cells=8192, num_seqs=32, flood=30, max_tokens=300, warm_steps=150):
-    """alice's `flood` chats running and waiting at their readers' pace after `warm_steps` steps."""
+def flooded(share=0.5, interactive_cells=8192, num_seqs=32, flood=30, max_tokens=300, warm_steps=150, lane="chat"):
+    """alice's `flood` requests on `lane`, running and waiting at their readers' pace after `warm_steps` steps."""
     sched = taught(create_scheduler(num_cells=8192, num_seqs=num_seqs, interactive_cells=interactive_cells,
                                     member_seq_share=share), cpu_ms)
     runner = FakeRunner(cost=cpu_ms)
-    alice = [create_request(lane="chat", member="alice", num_prompt=30, max_tokens=max_tokens) for _ in range(flood)]
+    alice = [create_request(lane=lane, member="alice", num_prompt=30, max_tokens=max_tokens) for _ in range(flood)]
     for r in alice:
         sched.add_request(r)
     now = 0.0
@@ -38,10 +39,11 @@ def steps_until(sched, runner, now, done, limit=2000):
     raise AssertionError(f"not within {limit} steps")
 
 
-@pytest.mark.parametrize("interactive_cells", [8192, 0])
-def test_a_member_arriving_beside_a_flood_gets_a_reader_at_once(interactive_cells):
-    sched, runner, alice, now = flooded(interactive_cells=interactive_cells)
-    assert sched.num_waiting("chat") > 0, "the readers' pace holds part of alice's flood back"
+@pytest.mark.parametrize("interactive_cells, lane", [(8192, "chat"), (0, "chat"), (8192, "voice")])
+def test_a_member_arriving_beside_a_flood_gets_a_reader_at_once(interactive_cells, lane):
+    """alice floods chat (or voice: its readers go first, and would keep every chat out)."""
+    sched, runner, alice, now = flooded(interactive_cells=interactive_cells, lane=lane)
+    assert sched.num_waiting(lane) > 0, "the readers' pace holds part of alice's flood back"
     readers = len(sched.running)
     bob = create_request(lane="chat", member="bob", num_prompt=40, max_tokens=20, arrival=now)
     sched.add_request(bob)
@@ -56,9 +58,10 @@ def test_a_member_arriving_beside_a_flood_gets_a_reader_at_once(interactive_cell
     assert queued, "bob's first token comes before most of alice's queue is even let in"
 
 
-def test_without_a_share_the_newcomer_waits_for_the_flood():
-    """The control: with the whole lane open to one member (share 1), bob waits for alice's answers to end."""
-    sched, runner, alice, now = flooded(share=1.0)
+@pytest.mark.parametrize("lane", ["chat", "voice"])
+def test_without_a_share_the_newcomer_waits_for_the_flood(lane):
+    """The control: with every reader open to one member (share 1), bob waits for alice's answers to end."""
+    sched, runner, alice, now = flooded(share=1.0, lane=lane)
     bob = create_request(lane="chat", member="bob", num_prompt=40, max_tokens=20, arrival=now)
     sched.add_request(bob)
     admitted, _ = steps_until(sched, runner, now, lambda: bob.status is Status.RUNNING)
