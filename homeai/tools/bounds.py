@@ -32,7 +32,10 @@ QUANTIFIER = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 
 def check_size(value: Any, where: str, limits: GrammarConfig) -> None:
     """Refuse a schema (or a request's tools) larger than `max_schema_bytes` as compact JSON."""
-    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    try:
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    except (RecursionError, ValueError):
+        raise ToolError("is nested too deeply", where) from None
     if size > limits.max_schema_bytes:
         raise ToolError(f"is {size} bytes as JSON; at most {limits.max_schema_bytes} are taken "
                         "(the [grammar] max_schema_bytes setting)", where)
@@ -49,14 +52,14 @@ def check_schema(schema: Any, where: str, limits: GrammarConfig) -> None:
 
 
 def _walk(node: Any, where: str, limits: GrammarConfig, depth: int) -> None:
-    if isinstance(node, list):
-        for i, item in enumerate(node):
-            _walk(item, f"{where}.{i}", limits, depth)
-        return
-    if not isinstance(node, dict):
+    if not isinstance(node, (dict, list)):
         return
     if depth > MAX_DEPTH:
         raise ToolError(f"the schema nests more than {MAX_DEPTH} levels", where)
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            _walk(item, f"{where}.{i}", limits, depth + 1)
+        return
     _check_node(node, where, limits)
     for key, value in node.items():
         if key in ("enum", "const", "default", "examples"):
