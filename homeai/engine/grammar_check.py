@@ -30,25 +30,37 @@ class GrammarChecker:
     def __init__(self, model_path: str):
         self.model_path = model_path
         self.answers: OrderedDict[bytes, str] = OrderedDict()
+        self.answers_lock = threading.Lock()
         self.lock = threading.Lock()  # one check at a time, one process
         self.process = None
         self.conn = None
 
     def check(self, text: str, root: str, timeout_s: float) -> str | None:
-        """Why llama.cpp cannot take this grammar within `timeout_s` (None: it can)."""
+        """Why llama.cpp cannot take this grammar within `timeout_s` (None: it can). A kept answer
+        does not wait for a check in progress."""
         key = hashlib.sha256(f"{root}\0{text}".encode("utf-8", "surrogatepass")).digest()
-        with self.lock:
-            answer = self.answers.get(key)
-            if answer is None:
-                try:
-                    self._start()
-                except RuntimeError as e:
-                    return str(e)  # not kept: the next request tries again
-                answer = self.answers[key] = self._ask(text, root, timeout_s)
-                while len(self.answers) > CACHED:
-                    self.answers.popitem(last=False)
-            self.answers.move_to_end(key)
+        answer = self._kept(key)
+        if answer is None:
+            with self.lock:
+                answer = self._kept(key)  # asked meanwhile
+                if answer is None:
+                    try:
+                        self._start()
+                    except RuntimeError as e:
+                        return str(e)  # not kept: the next request tries again
+                    answer = self._ask(text, root, timeout_s)
+                    with self.answers_lock:
+                        self.answers[key] = answer
+                        while len(self.answers) > CACHED:
+                            self.answers.popitem(last=False)
         return answer or None
+
+    def _kept(self, key: bytes) -> str | None:
+        with self.answers_lock:
+            answer = self.answers.get(key)
+            if answer is not None:
+                self.answers.move_to_end(key)
+            return answer
 
     def _ask(self, text: str, root: str, timeout_s: float) -> str:
         try:
