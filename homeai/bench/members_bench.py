@@ -378,7 +378,8 @@ def _machine(cfg: Config, runner) -> str:
     from homeai.bench.suite import _machine as described
     from homeai.threads import default_threads
 
-    return f"{described(runner)}, {cfg.model.n_threads or default_threads()} threads"
+    n = cfg.model.n_threads or default_threads()
+    return f"{described(runner)}, {n} thread{'' if n == 1 else 's'}"
 
 
 def drain(engine, timeout_s: float = DRAIN_S) -> None:
@@ -485,7 +486,8 @@ def markdown(report: dict, command: str) -> str:
 
 
 def _per_stream(report: dict) -> str:
-    return ", ".join(f"{name} {p['flood']['tokens_per_finished_stream']}" for name, p in report["phases"].items()
+    return ", ".join(f"{name} {p['flood']['tokens_per_finished_stream'] or 'none finished'}"
+                     for name, p in report["phases"].items()
                      if p["flood"] and p["flood"]["load"] == "streams" and p["flood"]["expected_status"] == 200)
 
 
