@@ -325,6 +325,7 @@ def validate(cfg: Config, source: str) -> Config:
     _check(s.max_unauthenticated_websockets_per_address >= 1, source,
            "server.max_unauthenticated_websockets_per_address", "must be at least 1")
     _check(s.shutdown_grace_s >= 0, source, "server.shutdown_grace_s", "must be 0 or more")
+    _check(s.header_timeout_s > 0, source, "server.header_timeout_s", "must be positive")
     for name in s.allowed_hosts:
         _check(bool(HOST_NAME.fullmatch(name)), source, "server.allowed_hosts",
                f"must hold host names without scheme or port, like \"homeai.lan\", got {name!r}")
@@ -405,6 +406,10 @@ def _validate_wyoming(w: WyomingConfig, source: str) -> None:
     _check(0 <= w.port < 65536, source, "wyoming.port", f"must be 0-65535 (0: any free port), got {w.port}")
     _check(1024 <= w.max_frame_bytes <= 64 * 1_048_576, source, "wyoming.max_frame_bytes",
            f"must be 1024..{64 * 1_048_576}, got {w.max_frame_bytes}")
+    _check(w.max_connections >= 1, source, "wyoming.max_connections", "must be at least 1")
+    _check(1 <= w.max_connections_per_address <= w.max_connections, source, "wyoming.max_connections_per_address",
+           "must be 1..wyoming.max_connections")
+    _check(w.max_audio_bytes >= 2, source, "wyoming.max_audio_bytes", "must be at least 2 (one PCM16 sample)")
     for entry in w.allow_from:
         try:
             ipaddress.ip_network(entry, strict=False)

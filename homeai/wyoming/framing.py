@@ -8,6 +8,8 @@ merged over it). `read_event` trusts nothing it has not checked: a header that i
 object with a `type`, a length that is not an integer in 0..max_bytes, or data that is not a
 JSON object is a `WyomingError`, after which the stream's position is lost and the connection
 must close. The header line's own limit is the stream reader's (`asyncio.start_server(limit=...)`).
+An event read whole whose text is not valid Unicode (a lone surrogate, `"\\ud800"`, in its type,
+version or data) is an `EventRefused`: the stream is intact, so the connection goes on.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
+
+from homeai.api.schemas import find_invalid_text
 
 PROTOCOL_VERSION = "1.8.0"  # written in every header we send; clients do not check it
 
@@ -32,6 +36,10 @@ class WyomingError(Exception):
     def __init__(self, code: str, text: str):
         super().__init__(text)
         self.code, self.text = code, text
+
+
+class EventRefused(WyomingError):
+    """An event read whole but refused: sent as an `error` event, and the connection goes on."""
 
 
 async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | None:
@@ -57,9 +65,14 @@ async def read_event(reader: asyncio.StreamReader, max_bytes: int) -> Event | No
     data_length = _length(header, "data_length", max_bytes)
     payload_length = _length(header, "payload_length", max_bytes)
     data = dict(data or {})
+    suspect = _may_hold_surrogates(line)
     if data_length:
-        data.update(_json_object(await _exactly(reader, data_length), "the event's data"))
+        raw = await _exactly(reader, data_length)
+        data.update(_json_object(raw, "the event's data"))
+        suspect = suspect or _may_hold_surrogates(raw)
     payload = await _exactly(reader, payload_length) if payload_length else b""
+    if suspect:  # checked once the event is read whole: refused, it leaves the stream where it was
+        _check_text(header, data)
     return Event(kind, data, payload)
 
 
@@ -84,6 +97,23 @@ def _length(header: dict, key: str, max_bytes: int) -> int:
         raise WyomingError("frame_too_large", f"{key} {value} is over the {max_bytes} byte limit "
                            "(wyoming.max_frame_bytes)")
     return value
+
+
+def _may_hold_surrogates(raw: bytes) -> bool:
+    """Whether JSON text may decode to a lone surrogate: through an escape ("\\ud800"), a surrogate
+    written in UTF-8 (0xED 0xA0..0xBF, which json.loads lets through), or UTF-16/32 (NUL bytes)."""
+    return b"\\u" in raw or b"\xed" in raw or b"\x00" in raw
+
+
+def _check_text(header: dict, data: dict) -> None:
+    """Text that cannot be written back out (a lone surrogate) is refused where it enters."""
+    where = find_invalid_text(header)  # the type, the version, inline data ("data.text")
+    if where is None and (found := find_invalid_text(data)) is not None:
+        where = f"data.{found}"
+    if where is not None:
+        kind = header["type"].encode("utf-8", "backslashreplace").decode()
+        raise EventRefused("invalid_text", f"the {kind} event holds text that is not valid Unicode "
+                           f"(a lone surrogate) at {where}; the event was ignored")
 
 
 async def _exactly(reader: asyncio.StreamReader, num_bytes: int) -> bytes:

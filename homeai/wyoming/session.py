@@ -11,8 +11,10 @@ Audio is PCM16 (width 2) at 8..48 kHz with any number of channels, mixed down to
 the speech model resamples it to 16 kHz as it does for `/v1/voice`, on the same bounded pool,
 with the engine's background lanes held like a voice turn holds them (`speech.pause_background`).
 A `WyomingError` (a bad frame, an event out of order, audio of another format than announced,
-an utterance over `speech.max_utterance_s`) or a client silent for `READ_TIMEOUT_S` gets an
-`error` event {text, code} and the connection closes. Unknown event types are ignored, as
+an utterance over `speech.max_utterance_s` or over `wyoming.max_audio_bytes` buffered) or a
+client silent for `READ_TIMEOUT_S` gets an `error` event {text, code} and the connection closes,
+its utterance dropped. An event whose text is not valid Unicode gets an `error` event
+(`invalid_text`) and is ignored; the connection goes on. Unknown event types are ignored, as
 Wyoming services do. With `wyoming.member` set, each utterance is refused at audio-start
 (`lane_not_allowed`, naming the lanes allowed) unless that member may use the voice lane.
 """
@@ -32,7 +34,7 @@ from homeai import __version__
 from homeai.config import Config
 from homeai.speech.base import MAX_RATE, MIN_RATE, AudioError, SpeechBusy
 from homeai.store.members import LaneNotAllowed, check_lane, lanes_of
-from homeai.wyoming.framing import Event, WyomingError, encode, read_event
+from homeai.wyoming.framing import Event, EventRefused, WyomingError, encode, read_event
 
 log = logging.getLogger("homeai.wyoming")
 
@@ -86,6 +88,7 @@ class Session:
         self.runtime, self.info, self.reader, self.writer = runtime, info, reader, writer
         self.max_bytes = runtime.cfg.wyoming.max_frame_bytes
         self.max_utterance_s = runtime.cfg.speech.max_utterance_s
+        self.max_audio_bytes = runtime.cfg.wyoming.max_audio_bytes
         self.language = DEFAULT_LANGUAGE
         self.format: AudioFormat | None = None  # set by audio-start, until audio-stop
         self.pcm = bytearray()  # mono PCM16 at format.rate
@@ -96,7 +99,11 @@ class Session:
     async def run(self) -> None:
         try:
             while True:
-                event = await asyncio.wait_for(read_event(self.reader, self.max_bytes), READ_TIMEOUT_S)
+                try:
+                    event = await asyncio.wait_for(read_event(self.reader, self.max_bytes), READ_TIMEOUT_S)
+                except EventRefused as e:
+                    await self._error(e.code, e.text)
+                    continue
                 if event is None:
                     return  # the client closed the connection
                 handler = self.handlers.get(event.type)
@@ -106,6 +113,8 @@ class Session:
             await self._error(e.code, e.text)
         except TimeoutError:
             await self._error("timeout", f"nothing received for {READ_TIMEOUT_S:g} s")
+        finally:
+            self.pcm = bytearray()  # the utterance's buffer goes with the connection, whatever ended it
 
     # ---- events -----------------------------------------------------------------------------
 
@@ -142,7 +151,11 @@ class Session:
         if len(event.payload) % frame:
             raise WyomingError("invalid_audio", f"an audio-chunk holds whole frames of {frame} bytes, "
                                f"got {len(event.payload)} bytes")
-        self.pcm += _mono(event.payload, self.format.channels)
+        mono = _mono(event.payload, self.format.channels)
+        if len(self.pcm) + len(mono) > self.max_audio_bytes:
+            raise WyomingError("audio_too_large", f"the utterance is over the {self.max_audio_bytes} bytes "
+                               "one connection may buffer (wyoming.max_audio_bytes); it was dropped")
+        self.pcm += mono
         if len(self.pcm) > 2 * self.max_utterance_s * self.format.rate:
             raise WyomingError("utterance_too_long", f"the utterance is over the {self.max_utterance_s:g} s "
                                "limit (speech.max_utterance_s)")

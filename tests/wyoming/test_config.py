@@ -1,4 +1,4 @@
-"""The [wyoming] section: loopback by default, a non-loopback bind only with allow_from.
+"""The [wyoming] section: loopback by default, a non-loopback bind only with allow_from, caps that hold.
 
 Run: .venv/bin/python -m pytest tests/wyoming/test_config.py
 """
@@ -29,6 +29,10 @@ def test_a_lan_bind_with_allow_from_loads():
     ({"port": 70000}, "wyoming.port must be 0-65535"),
     ({"max_frame_bytes": 10}, "wyoming.max_frame_bytes must be"),
     ({"enable": True}, "unknown key wyoming.enable"),
+    ({"max_connections": 0}, "wyoming.max_connections must be at least 1"),
+    ({"max_connections": 4, "max_connections_per_address": 5}, "wyoming.max_connections_per_address must be"),
+    ({"max_connections_per_address": 0}, "wyoming.max_connections_per_address must be"),
+    ({"max_audio_bytes": 0}, "wyoming.max_audio_bytes must be at least 2"),
 ])
 def test_bad_sections_are_refused(section, message):
     with pytest.raises(ConfigError) as error:
