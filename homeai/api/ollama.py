@@ -106,12 +106,16 @@ def error_response(status: int, message: str, headers: dict | None = None) -> JS
 
 
 class OllamaRoute(APIRoute):
-    """A route whose errors, its dependencies' and body validation's included, are Ollama's `{"error": "..."}`."""
+    """A route whose errors, its dependencies' and body validation's included, are Ollama's `{"error": "..."}`,
+    and whose body is JSON whatever its content type, as Ollama reads it (`curl -d` sends a form's)."""
 
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
+        has_body = self.body_field is not None
 
         async def answer(request: Request) -> Response:
+            if has_body:
+                request = _as_json(request)
             try:
                 return await handler(request)
             except ApiError as exc:
@@ -125,6 +129,13 @@ class OllamaRoute(APIRoute):
                 return error_response(500, "internal server error")
 
         return answer
+
+
+def _as_json(request: Request) -> Request:
+    """The request with its body declared JSON: FastAPI parses a body as JSON only when it says so."""
+    headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
+    scope = {**request.scope, "headers": [*headers, (b"content-type", b"application/json")]}
+    return Request(scope, request.receive)
 
 
 def _invalid(exc: RequestValidationError) -> str:
@@ -169,9 +180,11 @@ def ps(runtime: RuntimeDep, engine: EngineDep) -> dict:
 
 
 @router.post("/show")
-def show(body: ModelRequest, runtime: RuntimeDep, engine: EngineDep) -> dict:
+def show(body: ModelRequest, runtime: RuntimeDep, engine: EngineDep, member: CurrentMember) -> dict:
+    """The model file's path for an admin; its name only for other members."""
     card, purposes = _card(runtime, body.requested())
-    return ollama_models.show(card, capabilities=capabilities(purposes), context_length=_context_length(engine))
+    return ollama_models.show(card, capabilities=capabilities(purposes), context_length=_context_length(engine),
+                              full_path=member.is_admin)
 
 
 @router.post("/pull")

@@ -52,15 +52,17 @@ def ps_entry(card, *, context_length: int, on_gpu: bool) -> dict:
             "context_length": context_length}
 
 
-def show(card, *, capabilities: list[str], context_length: int) -> dict:
-    """`/api/show`: details, the header's facts, the chat template, the default parameters."""
+def show(card, *, capabilities: list[str], context_length: int, full_path: bool = False) -> dict:
+    """`/api/show`: details, the header's facts, the chat template, the default parameters. The
+    modelfile names the file; its folders (a home directory, a user name) only with `full_path`."""
     meta = metadata(card.path)
     model_info = {k: v for k, v in meta.items() if k != "tokenizer.chat_template"}
     d = SamplingParams()
     parameters = "\n".join(f"{name:<15}{value}" for name, value in (
         ("temperature", d.temperature), ("top_k", d.top_k), ("top_p", d.top_p), ("min_p", d.min_p),
         ("repeat_penalty", d.repeat_penalty), ("num_ctx", context_length)))
-    return {"license": meta.get("general.license", ""), "modelfile": f"FROM {card.path}\n",
+    source = card.path if full_path else Path(card.path).name
+    return {"license": meta.get("general.license", ""), "modelfile": f"FROM {source}\n",
             "parameters": parameters, "template": meta.get("tokenizer.chat_template", ""),
             "details": details(card.path), "model_info": model_info, "capabilities": capabilities,
             "modified_at": _rfc3339(Path(card.path).stat().st_mtime)}

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 import threading
 from pathlib import Path
 
@@ -40,6 +41,8 @@ from homeai.store.members import ensure_default_member
 log = logging.getLogger("homeai.api")
 
 ALIASES = ("homeai", "default")
+# An absolute path of two or more parts (not a URL's): "/home/alice/models/x.gguf"
+ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~-])(?:/[^/\s'\"():,;]+)+/([^/\s'\"():,;]+)")
 STOP_TIMEOUT_S = 30.0  # a step in flight must end before the runner is closed or reused
 
 
@@ -101,7 +104,7 @@ class Runtime:
             runner = Runner(self.cfg.model, generation_model(self.cfg), embedding_model(self.cfg))
         except Exception as exc:
             log.exception("the model could not be loaded")
-            self.error = f"the model could not be loaded: {exc}"
+            self.error = f"the model could not be loaded: {file_names_only(str(exc))}"
             return
         stt = self.stt or self._load_stt()
         with self._lock:
@@ -123,7 +126,7 @@ class Runtime:
             except Exception as exc:
                 reason = str(exc)
         log.warning("speech to text is unavailable: %s", reason)
-        self.stt_error = f"speech to text is unavailable: {reason}"
+        self.stt_error = f"speech to text is unavailable: {file_names_only(reason)}"
         return None
 
     def _start_engine(self, runner) -> None:
@@ -138,7 +141,7 @@ class Runtime:
         log.info("serving %s", self.model_id("generate"))
 
     def _engine_died(self, reason: str) -> None:
-        self.error = f"the engine stopped: {reason}"
+        self.error = f"the engine stopped: {file_names_only(reason)}"
         for callback in self.on_fatal:
             callback(self.error)
 
@@ -207,3 +210,9 @@ def _cards(info) -> dict[str, ModelCard]:
     generate = card(info.path, "generate")
     embed = generate if info.embed_path == info.path else card(info.embed_path, "embed")
     return {"generate": generate, "embed": embed}
+
+
+def file_names_only(reason: str) -> str:
+    """`reason` as any client may read it (`/healthz` answers everyone): each absolute path cut to
+    its file's name, its folders (a home directory, a user name) left to the log."""
+    return ABSOLUTE_PATH.sub(r"\1", reason)
