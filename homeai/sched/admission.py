@@ -27,8 +27,9 @@ from lanes.base import LanePolicy
 
 class Admission:
     def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
-                 pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool, members: MemberShare):
-        self.policies, self.waiting, self.pools, self.members = policies, waiting, pools, members
+                 pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool, member_share: float):
+        self.policies, self.waiting, self.pools = policies, waiting, pools
+        self.members = MemberShare(policies, waiting, pools, member_share)
         self.pacing, self.share, self.policy, self.embed_chunked = pacing, share, policy, embed_chunked
         self._targets = {name: p.itl_target_ms for name, p in policies.items()}
 

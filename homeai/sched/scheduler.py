@@ -18,9 +18,8 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
 
 An interactive request is admitted only while the readers keep their pace (`pacing.py`). KV
 admission reserves cells (`pools.py`); with one cache for every lane, an interactive request
-that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. A
-member holds at most its share of the interactive readers while another member's interactive
-request waits: the over-share member's newest sequence gives way (`members.py`).
+that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. A member
+holds at most its share of the interactive readers while another member waits for one (`members.py`).
 Every rule of a step reads one `Step`, fixed when the step begins; a hold on background (a
 voice turn's pause) is an input to `schedule()`. A `Policy` may change the candidates' order,
 admission and the budget (the benchmark's baselines do).
@@ -35,7 +34,6 @@ from dataclasses import dataclass, replace
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.fairshare import FairShare
-from homeai.sched.members import MemberShare
 from homeai.sched.pacing import Pacing
 from homeai.sched.placement import Placement, item
 from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult
@@ -102,9 +100,8 @@ class Scheduler:
                                      num_seqs=limits.num_seqs, num_cells=limits.num_cells,
                                      max_credit=max(limits.embed_max_tokens, limits.max_step_tokens))
         self.waiting: dict[str, deque[Request]] = {name: deque() for name in policies}
-        self.members = MemberShare(policies, self.waiting, self.pools, limits.member_seq_share)
         self.admission = Admission(policies, self.waiting, self.pools, self.pacing, self.share, policy,
-                                   limits.embed_chunked, self.members)
+                                   limits.embed_chunked, limits.member_seq_share)
         self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
         self.requests: dict[str, Request] = {}
@@ -225,14 +222,13 @@ class Scheduler:
     def _begin(self, now: float) -> tuple[Step, list[Request]]:
         """The step's facts, and the sequences decoding in it."""
         cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane in self.policies}
-        began_idle = not self.running  # an over-share member's newest may give way for another member
         self.admission.rebalance(Step(now, self.cost, cutoffs, frozenset(), False, Admissions()), self._preempt)
         decoding = sorted((r for r in self.running if r.is_decoding), key=lambda r: not r.interactive)
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
         held = any(r.held for r in decoding if r.interactive)
         overdue = frozenset() if held else self.share.overdue([*self.running, *self.embedding], self.waiting, now)
-        step = Step(now, self.cost, cutoffs, overdue, began_idle, Admissions())
+        step = Step(now, self.cost, cutoffs, overdue, not self.running, Admissions())
         prompt = self.admission.prompt_can_go(step)
         background = sum(1 for r in decoding if not r.interactive)
         deferred = 0
@@ -241,11 +237,9 @@ class Scheduler:
         if self.pools.separate and (prompt or held) and self.share.decodes_wait(background, self.cost.call_tokens()):
             decoding, deferred = [r for r in decoding if r.interactive], background
         cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
-        num_decoding = {pool: 0 for pool in GENERATE}
         for r in self.running:
             cells[self.pools.of(r)] += r.num_computed_tokens
-        for r in decoding:
-            num_decoding[self.pools.of(r)] += 1
+        num_decoding = {pool: sum(1 for r in decoding if self.pools.of(r) is pool) for pool in GENERATE}
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
         lone = not self.pools.running or not any(r.is_decoding for r in self.running)
@@ -269,7 +263,7 @@ class Scheduler:
 
     def _grow(self, request: Request, num_cells: int, plan: StepPlan | None) -> bool:
         """Make room for a request's next tokens, preempting if its pool is full (an over-share member first)."""
-        if not self.members.make_room(request, num_cells, lambda r: self._preempt(r, plan)):
+        if not self.admission.members.make_room(request, num_cells, lambda r: self._preempt(r, plan)):
             return False
         grown, preempted = self.pools.grow(request, num_cells)
         for r in preempted:
@@ -291,8 +285,7 @@ class Scheduler:
         self.pools.release(request)
         if request.kind is Kind.GENERATE and reason in ("stop", "length"):
             self.pacing.learn(request)
-        request.status = Status.FINISHED
-        request.finish_reason = reason
+        request.status, request.finish_reason = Status.FINISHED, reason
         request.finish_time = now if now is not None else self._clock
         self._done.append(request.request_id)
         self.requests.pop(request.request_id, None)
