@@ -655,7 +655,8 @@ def strict_strings(gbnf: str) -> str:
     """The converter's GBNF with every negated character class (`char ::= [^"\\]`, a pattern's
     `.` and `[^...]`) also refusing raw control characters, quotes and backslashes, as JSON strings
     must (llama.cpp's own converter writes `[^"\\\x7F\x00-\x1F]`): else a reply could hold a raw
-    newline or tab inside a string, which strict `json.loads` refuses."""
+    newline or tab inside a string, which strict `json.loads` refuses. A pattern's own class
+    (`[ -~]`) loses them too (`_json_class`)."""
     out, i, n = [], 0, len(gbnf)
     while i < n:
         c = gbnf[i]
@@ -666,12 +667,57 @@ def strict_strings(gbnf: str) -> str:
         elif c == "[":
             end = _literal_end(gbnf, i, "]")
             negated = gbnf.startswith("[^", i)
-            out.append(f"[^{NOT_IN_JSON_STRINGS}{gbnf[i + 2:end]}" if negated else gbnf[i:end])
+            out.append(f"[^{NOT_IN_JSON_STRINGS}{gbnf[i + 2:end]}" if negated else _json_class(gbnf[i:end]))
             i = end
         else:
             out.append(c)
             i += 1
     return "".join(out)
+
+
+NOT_IN_JSON = ((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C), (0x7F, 0x7F))
+ESCAPED = {"t": 9, "r": 13, "n": 10, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45}  # llama.cpp's parse_char
+
+
+def _json_class(cls: str) -> str:
+    """A GBNF class `[...]` without what cannot stand raw in a JSON string (as it is, when it holds
+    none of that or llama.cpp would not parse it anyway)."""
+    ranges = _class_ranges(cls[1:-1])
+    if ranges is None or not any(lo <= b and a <= hi for lo, hi in ranges for a, b in NOT_IN_JSON):
+        return cls
+    for a, b in NOT_IN_JSON:
+        ranges = [part for lo, hi in ranges for part in ((lo, min(hi, a - 1)), (max(lo, b + 1), hi)) if part[0] <= part[1]]
+    if not ranges:
+        return "[^\\x00-\\U0010FFFF]"  # nothing: the pattern asked only for characters JSON escapes
+    return "[" + "".join(_escape_code(lo) + ("" if lo == hi else "-" + _escape_code(hi)) for lo, hi in ranges) + "]"
+
+
+def _class_ranges(body: str) -> list[tuple[int, int]] | None:
+    """The code point ranges of a GBNF class's body; None when it does not parse."""
+    def one(i: int) -> tuple[int, int]:
+        if body[i] != "\\":
+            return ord(body[i]), i + 1
+        kind = body[i + 1]
+        digits = {"x": 2, "u": 4, "U": 8}.get(kind)
+        if digits:
+            return int(body[i + 2:i + 2 + digits], 16), i + 2 + digits
+        return ESCAPED[kind], i + 2
+
+    ranges, i = [], 0
+    try:
+        while i < len(body):
+            lo, i = one(i)
+            hi = lo
+            if i + 1 < len(body) and body[i] == "-":
+                hi, i = one(i + 1)
+            ranges.append((lo, hi))
+    except (IndexError, KeyError, ValueError):
+        return None
+    return ranges
+
+
+def _escape_code(code: int) -> str:
+    return f"\\x{code:02X}" if code < 0x100 else f"\\u{code:04X}" if code < 0x10000 else f"\\U{code:08X}"
 
 
 def _literal_end(text: str, start: int, close: str) -> int:
