@@ -211,7 +211,8 @@ async def chat(body: ChatRequest, request: Request, runtime: RuntimeDep, engine:
     if not body.messages:  # Ollama's way to load a model: answered at once, it is loaded
         return reply.loaded()
     messages = [m.for_template() for m in body.messages]
-    plan = tool_plan(engine.runner, [t.model_dump(exclude_none=True) for t in body.tools or ()], body.tool_choice)
+    plan = await asyncio.to_thread(tool_plan, engine.runner, [t.model_dump(exclude_none=True) for t in body.tools or ()],
+                                   body.tool_choice)  # validating large schemas takes a while: off the loop
     if plan is not None and body.format is not None:
         raise ApiError(400, "format cannot be combined with tools")
     reply = Reply(model, "chat", plan)

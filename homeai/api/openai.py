@@ -55,7 +55,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, runtim
         engine = get_engine(runtime)
         model = _model(runtime, None if fallback else body.model, "generate")
         runner = engine.runner
-        plan = tool_plan(runner, body.tools, body.tool_choice, body.parallel_tool_calls)
+        plan = await asyncio.to_thread(tool_plan, runner, body.tools, body.tool_choice, body.parallel_tool_calls)
         if plan is not None and body.response_format not in (None, {"type": "text"}):
             raise ApiError(400, "response_format cannot be combined with tools", code="invalid_value",
                            param="response_format")

@@ -239,7 +239,7 @@ class VoiceSession:
         stt = _speech(self.runtime)
         if self.runtime.engine is None:
             raise VoiceError("model_loading", "the model is still loading; retry shortly")
-        plan = _tool_plan(self.runtime.engine.runner, settings.tools, settings.tool_choice)
+        plan = await asyncio.to_thread(_tool_plan, self.runtime.engine.runner, settings.tools, settings.tool_choice)
         if plan is not None:  # bad tools are refused here, not at the first question
             await asyncio.to_thread(_check_grammar, plan, self.runtime.engine.runner, self.runtime.cfg.grammar)
         self.member_id = await asyncio.to_thread(self._check_conversation, settings.conversation_id)
