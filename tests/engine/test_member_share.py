@@ -1,6 +1,6 @@
-"""A member's share of a lane through the real engine and model: beside another member's flood of
-chats, a member's chat is let in at once (the flood's newest answer gives way and still comes out
-whole), not after the flood's queue. Order and counts are compared, never times."""
+"""A member's share of the interactive readers through the real engine and model: beside another
+member's flood of chats, a member's chat is let in at once (the flood's newest answer gives way
+and still comes out whole), not after the flood's queue. Order and counts are compared, never times."""
 
 from __future__ import annotations
 
