@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import json
 import os
 import random
 import tempfile
@@ -638,7 +639,7 @@ def json_schema_grammar(schema: dict, rule: str = "root") -> str:
     converter (pure Python, but importing it loads llama.cpp, hence here). Local `$ref`s resolve;
     remote ones are refused. Keywords the converter does not know are either refused (`not`) or
     ignored (`format`): the caller validates the output against the schema as well."""
-    converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
+    converter = _JsonConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         top = converter.visit(converter.resolve_refs(copy.deepcopy(schema), "request"),
                               "" if rule == "root" else rule)
@@ -646,6 +647,71 @@ def json_schema_grammar(schema: dict, rule: str = "root") -> str:
         raise GrammarError(f"this JSON schema cannot be turned into a grammar: {str(e)[:160]}") from None
     text = strict_strings(converter.format_grammar())
     return text if top == rule else f"{text}\n{rule} ::= {top}\n"
+
+
+class _JsonConverter(SchemaConverter):
+    """llama-cpp-python's converter, its literals written as JSON text holds them. Its own left a
+    backslash as it was (a const `a"b` made a broken grammar, `a\\b` the wrong value, `a\\nb` a raw
+    newline) and put a pattern's literal text raw inside the string (`^say "hi"$`: a raw quote)."""
+
+    _in_pattern = False
+
+    def _format_literal(self, literal: str) -> str:  # JSON text: a const, an enum value, a property name
+        return _gbnf_literal(_readable_json(literal))
+
+    def _visit_pattern(self, pattern, name):
+        self._in_pattern = True
+        try:
+            return super()._visit_pattern(pattern, name)
+        finally:
+            self._in_pattern = False
+
+    def _add_rule(self, name, rule):
+        return super()._add_rule(name, _pattern_as_json(rule) if self._in_pattern else rule)
+
+
+def _readable_json(text: str) -> str:
+    """JSON text with its letters beyond ASCII as themselves (`ü`, not `\\u00fc`: what a model writes)."""
+    try:
+        readable = json.dumps(json.loads(text), ensure_ascii=False)
+        readable.encode("utf-8")  # a lone surrogate stays escaped
+        return readable
+    except (ValueError, UnicodeEncodeError):
+        return text
+
+
+def _gbnf_literal(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+STRING_OPEN, STRING_CLOSE = '"\\"" ', ' "\\"" space'  # around the converter's rule for a pattern
+
+
+def _pattern_as_json(rule: str) -> str:
+    """A rule the converter wrote for a pattern (or a part of one) with each literal as JSON writes
+    that text inside a string: `"` as `\\"`, `\\` as `\\\\`, a newline as `\\n`. A literal llama.cpp
+    would not parse (`\\d`) is left for it to refuse."""
+    if rule.startswith(STRING_OPEN) and rule.endswith(STRING_CLOSE) and len(rule) >= len(STRING_OPEN + STRING_CLOSE):
+        return STRING_OPEN + _pattern_as_json(rule[len(STRING_OPEN):-len(STRING_CLOSE)]) + STRING_CLOSE
+    out, i = [], 0
+    while i < len(rule):
+        end = _literal_end(rule, i, '"' if rule[i] == '"' else "]") if rule[i] in '"[' else i + 1
+        text = _gbnf_text(rule[i + 1:end - 1]) if rule[i] == '"' else None
+        out.append(rule[i:end] if text is None else _gbnf_literal(_readable_json(json.dumps(text))[1:-1]))
+        i = end
+    return "".join(out)
+
+
+def _gbnf_text(body: str) -> str | None:
+    """The text a GBNF literal's body stands for; None when llama.cpp would not parse it."""
+    chars, i = [], 0
+    try:
+        while i < len(body):
+            code, i = _gbnf_char(body, i)
+            chars.append(chr(code))
+    except (IndexError, KeyError, ValueError):
+        return None
+    return "".join(chars)
 
 
 NOT_IN_JSON_STRINGS = '"\\\\\\x00-\\x1F\\x7F'  # GBNF: a quote, a backslash and the control characters
@@ -694,26 +760,31 @@ def _json_class(cls: str) -> str:
 
 def _class_ranges(body: str) -> list[tuple[int, int]] | None:
     """The code point ranges of a GBNF class's body; None when it does not parse."""
-    def one(i: int) -> tuple[int, int]:
-        if body[i] != "\\":
-            return ord(body[i]), i + 1
-        kind = body[i + 1]
-        digits = {"x": 2, "u": 4, "U": 8}.get(kind)
-        if digits:
-            return int(body[i + 2:i + 2 + digits], 16), i + 2 + digits
-        return ESCAPED[kind], i + 2
-
     ranges, i = [], 0
     try:
         while i < len(body):
-            lo, i = one(i)
+            lo, i = _gbnf_char(body, i)
             hi = lo
             if i + 1 < len(body) and body[i] == "-":
-                hi, i = one(i + 1)
+                hi, i = _gbnf_char(body, i + 1)
             ranges.append((lo, hi))
     except (IndexError, KeyError, ValueError):
         return None
     return ranges
+
+
+def _gbnf_char(body: str, i: int) -> tuple[int, int]:
+    """The code point of the (perhaps escaped) character at `i` of a GBNF literal or class, and where
+    the next begins, as llama.cpp's parse_char reads it."""
+    if body[i] != "\\":
+        return ord(body[i]), i + 1
+    kind = body[i + 1]
+    digits = {"x": 2, "u": 4, "U": 8}.get(kind)
+    if digits:
+        if len(body[i + 2:i + 2 + digits]) != digits:
+            raise ValueError("short escape")
+        return int(body[i + 2:i + 2 + digits], 16), i + 2 + digits
+    return ESCAPED[kind], i + 2
 
 
 def _escape_code(code: int) -> str:
