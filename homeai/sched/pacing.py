@@ -42,6 +42,12 @@ class PaceTuning:
     # gives an interactive request its first token carries background only up to this many times
     # its own cost (every other step at most: background never waits two in a row).
     held_step: float = 1.5
+    # While a member with no answer decoding reads a short question's prompt (one that such steps
+    # finish in `first_read_steps`), a step may aim up to `first_read` times the readers' pace:
+    # beside another member's many readers it would otherwise be read a few tokens a step. The
+    # readers see a few longer steps per question; a long prompt is read at the pace.
+    first_read: float = 1.5
+    first_read_steps: int = 3
     # With nothing decoding at all (a prompt read alone, say a long first turn on an idle box),
     # a step may aim this many times longer: fewer steps pay the step's fixed cost less often,
     # so the prompt is read faster; an arrival meanwhile waits up to one such step.
@@ -89,6 +95,18 @@ class Pacing:
     def held_aim(self, aim: float, cost: StepCostModel, decodes: StepShape) -> float:
         """A step's aim while an interactive output is held: `held_step` times its decodes' cost."""
         return min(aim, self.tuning.held_step * cost.predict_ms(decodes))
+
+    def first_read_aim(self, aim: float, pace: float | None, cost: StepCostModel, decodes: StepShape,
+                       cells: int, remaining: list[int]) -> float:
+        """A step's aim while members' first questions are read (`remaining` tokens each): what
+        finishes the shortest, within `first_read` times the pace, if it is short; never below `aim`."""
+        if pace is None or not remaining:
+            return aim
+        n, longest = min(remaining), self.tuning.first_read * pace
+        if n > self.tuning.first_read_steps * cost.tokens_within(longest, decodes, cells, new_decode=False):
+            return aim
+        need = cost.predict_ms(decodes.plus(StepShape(0, n, n * cells / 1000.0, 1)))
+        return max(aim, min(need, longest))
 
     def min_chunk_for(self, pace: float | None) -> int:
         """The smallest prefill chunk worth placing: any, while readers pay the step's fixed cost anyway."""

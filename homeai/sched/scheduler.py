@@ -190,6 +190,10 @@ class Scheduler:
         decodes = plan.cost_shape(step.cells)
         if step.held:
             step = replace(step, aim=self.pacing.held_aim(step.aim, step.cost, decodes))
+        else:
+            step = replace(step, aim=self.pacing.first_read_aim(step.aim, step.pace, step.cost, decodes,
+                                                                step.cells[self.pools.of_class(True)],
+                                                                self._first_questions()))
         plan.budget = self._budget(step, decodes, len(decoding))
         for request in decoding:
             if request.status is Status.RUNNING:  # an earlier one may have preempted it (and dropped its item)
@@ -214,6 +218,14 @@ class Scheduler:
         plan.shape = self.placement.shape(step, plan)
         self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(plan)
         return self._close(plan)
+
+    def _first_questions(self) -> list[int]:
+        """Prompt tokens left to read of each interactive request whose member has no answer
+        decoding: a member's question, read first beside another member's readers."""
+        decoding = {r.member for r in self.running if r.interactive and r.output_tokens}
+        waiting = (r for lane, q in self.waiting.items() if self.policies[lane].interactive for r in q)
+        return [r.num_remaining for r in [*self.running, *waiting]
+                if r.interactive and not r.output_tokens and r.member not in decoding]
 
     def _close(self, plan: StepPlan) -> StepPlan:
         plan.cache_ops, plan.done, self._done = self.pools.take_ops(), self._done, []

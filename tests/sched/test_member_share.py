@@ -5,8 +5,11 @@ every reader."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from homeai.sched.pacing import PaceTuning
 from homeai.sched.request import Status
 from tests.sched.helpers import (FakeRunner, cpu_ms, create_request, create_scheduler, run_until_idle, step,
                                  taught, token_for)
@@ -203,3 +206,37 @@ def test_a_member_who_used_the_lane_alone_is_not_owed_it_by_a_newcomer():
     sched.add_request(create_request(lane="chat", member="alice", num_prompt=20, max_tokens=5, arrival=now))
     step(sched, runner, now)
     assert sched.fair.counter(("chat", "alice")) >= bob
+
+
+def _first_token_steps(first_read=None, num_prompt=40):
+    sched, runner, alice, now = flooded()
+    if first_read is not None:
+        sched.pacing.tuning = replace(sched.pacing.tuning, first_read=first_read)
+    bob = create_request(lane="chat", member="bob", num_prompt=num_prompt, max_tokens=20, arrival=now)
+    sched.add_request(bob)
+    longest = 0.0
+    for n in range(2000):
+        if bob.output_tokens:
+            return n, longest
+        plan, _ = step(sched, runner, now)
+        longest = max(longest, cpu_ms(plan.shape))
+        now += cpu_ms(plan.shape) / 1000.0
+    raise AssertionError("bob's first token did not come")
+
+
+def test_a_members_short_question_is_read_in_longer_steps_beside_anothers_readers():
+    """Beside alice's readers at their pace, bob's question would be read a few tokens a step; a
+    step that reads a member's first question may run up to `first_read` times the pace."""
+    pace = 100.0  # the chat lane's inter-token target: cpu_ms keeps it
+    steps, longest = _first_token_steps()
+    control, control_longest = _first_token_steps(first_read=1.0)
+    assert steps < control / 2, (steps, control)
+    assert control_longest <= pace < longest <= PaceTuning().first_read * pace * 1.05
+
+
+def test_a_long_first_question_is_read_at_the_readers_pace():
+    """A long prompt gains little from longer steps and would slow every reader for many: it is
+    read at the pace until its rest fits in `first_read_steps` longer steps."""
+    steps, _ = _first_token_steps(num_prompt=1500)
+    control, _ = _first_token_steps(first_read=1.0, num_prompt=1500)
+    assert control - steps <= PaceTuning().first_read_steps + 1, (steps, control)

@@ -465,11 +465,15 @@ def test_readers_admitted_at_once_keep_their_pace_as_they_grow():
     most = 0
     while sched.has_work():
         reading = [r for r in sched.running if r.is_decoding]
+        # While a member with no answer decoding has a question to read, a step may run up to
+        # `first_read` times the pace (its first token comes sooner); otherwise within the pace.
+        first = {r.member for r in burst if not r.finished and not r.output_tokens} - {r.member for r in reading}
         plan, _ = step(sched, runner, now)
         now += 0.05
         most = max(most, len(sched.running))
         if reading:  # every step a reader waits for
-            assert _cpu(plan.shape) <= target, (len(reading), _cpu(plan.shape))
+            bound = target * (PaceTuning().first_read if first else 1.0)
+            assert _cpu(plan.shape) <= bound, (len(reading), _cpu(plan.shape))
     assert all(r.finished for r in burst) and 3 < most < 30
 
 
@@ -492,13 +496,15 @@ def test_on_a_machine_too_slow_for_the_reading_pace_chats_share_the_steps():
     for r in chats:
         sched.add_request(r)
     now, most = 0.0, 0
+    pace = tuning.shared_pace * lone / tuning.readers_aim
     while sched.has_work():
         reading = [r for r in sched.running if r.is_decoding]
+        first = any(not r.finished and not r.output_tokens for r in chats)  # one chat a member: all first questions
         plan, _ = step(sched, runner, now)
         now += 0.2
         most = max(most, len(reading))
         if reading:
-            assert _slow_cpu(plan.shape) <= tuning.step_aim / tuning.readers_aim * tuning.shared_pace * lone * 1.05
+            assert _slow_cpu(plan.shape) <= (tuning.first_read if first else tuning.step_aim) * pace * 1.05
     assert all(r.finished for r in chats) and 3 < most < 12, most
 
 
@@ -515,7 +521,8 @@ def test_a_chat_read_beside_a_decoding_summary_does_not_pay_its_decode_call_ever
         plan, _ = step(sched, runner, now)
         steps += 1
         with_document += document.request_id in {i.request_id for i in plan.items}
-        assert _cpu(plan.shape) <= sched.policies["chat"].itl_target_ms
+        # bob reads on; the chat is its member's first question: its last steps may run longer
+        assert _cpu(plan.shape) <= sched.policies["chat"].itl_target_ms * PaceTuning().first_read
     assert steps > 20 and 0 < with_document <= steps / 3, (with_document, steps)
 
 
