@@ -8,15 +8,15 @@ carol, who may not use voice. In each phase bob sends `samples` short streamed c
 from sending to the first content chunk, while another member does one thing:
 
 * idle: nothing (the baseline every ratio is taken against, measured in the same run);
-* chat flood: alice keeps `streams` streams of `stream_tokens` tokens in flight on the chat lane
-  (each asks for a long story, sampled, so it runs to `max_tokens`; a finished one is sent again);
-* voice flood: the same with `X-HomeAI-Lane: voice`, a lane alice may use;
-* voice refused: carol's same flood on the voice lane, which she may not use: every request
+* voice refused: carol's flood (as below) on the voice lane, which she may not use: every request
   should be a 403 (a refused sender tries again after `retry_s`, as a client backing off would);
 * refused grammar: alice sends `response_format` json_schemas too large to build (an enum of
   50,000 strings, `maxItems` 100000) from `grammar_senders` senders, each again `grammar_pause_s`
   after its refusal; they should be 400s before they reach the engine;
-* idle again: nothing (how far the machine drifted over the run).
+* chat flood: alice keeps `streams` streams of `stream_tokens` tokens in flight on the chat lane
+  (each asks for a long story, sampled, so it runs to `max_tokens`; a finished one is sent again);
+* voice flood: the same with `X-HomeAI-Lane: voice`, a lane alice may use;
+* idle again: nothing (how far the machine drifted over the run, the floods' cached prefixes kept).
 
 Bob's chat gets `timeout_s` for its answer and his phase `phase_max_s` (past it, the chats not yet
 sent count as unanswered). Between phases the flooder's requests are cancelled and the engine
@@ -81,11 +81,14 @@ class Phase:
     expect: int = 200  # the status the flooder's requests should get
 
 
+# The refused phases come right after idle: a flood leaves its prefixes in the prompt cache, whose
+# cells later steps attend over (bob's idle TTFT after the floods is up to 1.5x), so "no change"
+# is judged in the state the idle baseline was measured in; "idle again" shows the floods' residue.
 PHASES = (Phase("idle", "none"),
-          Phase("chat flood", "streams", "alice", "chat"),
-          Phase("voice flood", "streams", "alice", "voice"),
           Phase("voice refused", "streams", "carol", "voice", expect=403),
           Phase("refused grammar", "grammar", "alice", expect=400),
+          Phase("chat flood", "streams", "alice", "chat"),
+          Phase("voice flood", "streams", "alice", "voice"),
           Phase("idle again", "none"))
 
 # Lanes each member may use (bob and carol: the defaults, which leave voice out).
