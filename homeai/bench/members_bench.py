@@ -306,7 +306,10 @@ async def run_phases(url: str, tokens: dict[str, str], shape: Shape, drained, pr
     """Every phase in turn: bob's samples and each flood's summary."""
     def client(member: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {tokens[member]}"},
-                                 timeout=httpx.Timeout(600.0), limits=httpx.Limits(max_connections=shape.streams + 8))
+                                 timeout=httpx.Timeout(600.0),
+                                 # below uvicorn's 5 s keep-alive (httpx's default is 5 s too): a sender
+                                 # back from its 5 s pause would reuse a connection the server is closing
+                                 limits=httpx.Limits(max_connections=shape.streams + 8, keepalive_expiry=2.0))
 
     samples, floods = [], {}
     async with client("bob") as bob, client("alice") as alice, client("carol") as carol:
