@@ -25,6 +25,7 @@ the wait for a prefix another request is still reading all follow that rule.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,10 +192,14 @@ class KVPools:
         before it). So keeping L cells while the pool computes W tokens costs c·W·L/1000 and can
         save p times the reading, p the odds it is reused: past W = p·(1000·b/c + L/2), an entry
         not reused has cost more than it is likely to save. An idle box computes nothing, so its
-        entries stay; a busy one keeps what is reused soon. (`b_over_c`: 1000·b/c.)"""
-        odds = self.settings.reuse_odds
+        entries stay; a busy one keeps what is reused soon. Unless the cache is shared, only its
+        member reuses an entry, and a member goes on with one conversation at a time: their
+        entries share the odds (a flood's many leave soon, not slowing everyone's steps for long).
+        (`b_over_c`: 1000·b/c.)"""
         for pool, cache in self.cache.items():
-            for entry in cache.stale(lambda e: odds * (b_over_c + len(e.tokens) / 2)):
+            held = Counter(e.member for e in cache.entries.values())
+            odds = {m: self.settings.reuse_odds / (1 if self.settings.shared else n) for m, n in held.items()}
+            for entry in cache.stale(lambda e: odds[e.member] * (b_over_c + len(e.tokens) / 2)):
                 self._evict(pool, entry)
 
     def drop_cached(self) -> None:

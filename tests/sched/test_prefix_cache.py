@@ -317,6 +317,44 @@ def test_an_entry_goes_once_keeping_it_has_cost_more_than_reading_it_again():
     assert work > min(seen) - 1000, "evicted before it had cost its worth"
 
 
+def test_a_members_many_entries_share_the_odds_of_reuse():
+    """Only its member reuses an entry, and a member goes on with one conversation at a time: one of
+    alice's two conversations leaves after about half the work bob's one stays through (a flood's
+    many entries leave soon, and do not slow everyone's steps for long)."""
+    def cost(shape):
+        return 11.0 + 2.0 * shape.tokens + 1.0 * shape.token_kcells + shape.outputs
+
+    sched, runner = cached(num_cells=20000, interactive_cells=20000), FakeRunner(cost=cost)
+    entries = sched.pools.cache[Pool.INTERACTIVE].entries
+    now = 0.0
+    for i, member in enumerate(("alice", "alice", "bob")):
+        sched.add_request(request([5000 + i] + SYSTEM[:100], member=member, max_tokens=2, arrival=now))
+        now = run_until_idle(sched, runner, now)
+    assert sorted(e.member for e in entries.values()) == ["alice", "alice", "bob"]
+    work, gone = 0, {}
+    while len(gone) < 2 and work < 20000:
+        other = request([9000 + work] * 20 + list(range(80)), member=f"o{work}", max_tokens=2, arrival=now)
+        sched.add_request(other)
+        now = run_until_idle(sched, runner, now)
+        work += other.num_computed_tokens
+        for member, held in (("alice", 2), ("bob", 1)):  # the work until one of theirs goes
+            if member not in gone and sum(e.member == member for e in entries.values()) < held:
+                gone[member] = work
+    assert gone["alice"] < 0.75 * gone["bob"], gone
+
+
+def test_a_shared_cache_keeps_every_entrys_odds():
+    """With `prompt_cache_shared` anyone may reuse any entry: a member's many entries keep theirs."""
+    sched, runner = cached(num_cells=20000, interactive_cells=20000, prompt_cache_shared=True), FakeRunner()
+    for i in range(8):
+        sched.add_request(request([5000 + i] + SYSTEM, max_tokens=2))
+    now = run_until_idle(sched, runner)
+    other = request([9000] * 20 + list(range(200)), member="o", max_tokens=2, arrival=now)
+    sched.add_request(other)
+    run_until_idle(sched, runner, now)
+    assert sum(e.member == "alice" for e in sched.pools.cache[Pool.INTERACTIVE].entries.values()) == 8
+
+
 # ---- whose cells a request may reuse ------------------------------------------------------------
 
 PIN_SENTENCE = list(range(2000, 2040))  # "My bank PIN is" ... as tokens: the secret sits at 2040
