@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from homeai.engine.engine import EngineStopped, InvalidRequest, PromptTooLong, QueueFull
 from homeai.engine.state import EngineState
 from homeai.engine.template import ChatRenderError
+from homeai.wire import error_body
 
 log = logging.getLogger("homeai.api")
 
@@ -37,10 +38,6 @@ class ApiError(HTTPException):
         super().__init__(status, message, headers)
         self.message, self.code, self.param = message, code, param
         self.type = type or TYPES.get(status, "invalid_request_error")
-
-
-def error_body(message: str, type: str, code: str | None = None, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": type, "code": code, "param": param}}
 
 
 def error_response(error: ApiError) -> JSONResponse:

@@ -12,21 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from homeai.api.errors import ApiError, error_body
+from homeai.api.errors import ApiError
 from homeai.engine.engine import RequestStream, TokenEvent
-
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-DONE = "data: [DONE]\n\n"
-
-
-def sse(obj: dict) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False, separators=(',', ':'))}\n\n"
+from homeai.wire import DONE, SSE_HEADERS, error_body, sse
 
 
 def sse_response(stream: RequestStream, shape, *, include_usage: bool) -> StreamingResponse:

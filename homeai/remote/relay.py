@@ -12,7 +12,7 @@ A `RemoteLane` per `[remote.<lane>]`:
   a final chunk (`finish_reason` "error" or "abort") and an error event first;
 * its failures and fallbacks to the local model are counted for the lanes view.
 
-No FastAPI types here (the relay borrows the API's SSE and error shapes): `homeai.api.dispatch`
+No FastAPI types here (SSE framing and the error body come from `homeai.wire`): `homeai.api.dispatch`
 decides where a route's request goes, and turns what comes back into a response.
 """
 
@@ -27,11 +27,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from homeai.api.errors import error_body
-from homeai.api.streaming import DONE, sse
 from homeai.config import Config, RemoteConfig
 from homeai.remote.client import RemoteClient, RemoteFailure
 from homeai.remote.gate import FairGate, Ticket
+from homeai.wire import DONE, error_body, sse
 
 log = logging.getLogger("homeai.remote")
 
