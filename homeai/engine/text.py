@@ -1,4 +1,10 @@
-"""Token bytes to text for one request: incremental UTF-8 and stop strings held back until sure."""
+"""Token bytes to text for one request: incremental UTF-8 and stop strings held back until sure.
+
+A token may hold part of a character (byte-level vocabularies split most CJK characters and emoji
+across two or three tokens). The decoder keeps such a part until the rest comes; if the reply ends
+first (max_tokens, a stop string, an abort), the part is dropped: a client gets whole characters,
+never U+FFFD for a character the model did not finish.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +30,8 @@ class TextStream:
         return self._take(len(self.text) - self.hold), False
 
     def flush(self) -> str:
-        """The rest of the text at the end of the request."""
-        self.text += self.decoder.decode(b"", final=True)
+        """The rest of the text at the end of the request, less a character the reply cut short."""
+        self.decoder.reset()  # it holds only the start of a valid character, never invalid bytes
         return self._take(len(self.text))
 
     def _take(self, end: int) -> str:
