@@ -19,6 +19,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from homeai import __version__
 from homeai.api import errors, health, household, jobs, lanes, metrics, transcriptions, voice, web
 from homeai.api import ollama as ollama_routes
+from homeai.api import ollama_manage
 from homeai.api import openai as openai_routes
 from homeai.api.limits import BodyLimit
 from homeai.api.origin import SameSiteMiddleware
@@ -57,7 +58,8 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
     app.state.runtime = Runtime(cfg, runner, stt)
     app.state.revocations = Revocations()  # tokens held by open sockets and requests, ended once revoked
     errors.install(app)
-    for module in (health, openai_routes, ollama_routes, lanes, metrics, transcriptions, voice, household, jobs, web):
+    for module in (health, openai_routes, ollama_manage, ollama_routes, lanes, metrics, transcriptions, voice,
+                   household, jobs, web):
         app.include_router(module.router)
     app.add_middleware(RevocationMiddleware, revocations=app.state.revocations)
     if cfg.server.cors_origins:  # without the middleware, browsers keep to the same origin

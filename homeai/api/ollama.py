@@ -1,7 +1,7 @@
-"""Ollama's API on homeai's port, for Home Assistant's `ollama` integration, Open WebUI and scripts.
+"""Ollama's generation on homeai's port, for Home Assistant's `ollama` integration, Open WebUI and scripts.
 
-`/api/version`, `/api/tags`, `/api/show`, `/api/ps`, `/api/pull` (the served model answers
-success, nothing is downloaded), `/api/chat`, `/api/generate` and `/api/embed`. Generation goes
+`/api/chat`, `/api/generate` and `/api/embed` (the served model's routes, `/api/tags` and the rest,
+are `homeai.api.ollama_manage`'s). Generation goes
 through the same lanes as everywhere: the `X-HomeAI-Lane` header, else the member's default
 lane (`homeai members add ha --lane voice`), else chat; embeddings on the embeddings lane
 (a lane the member may not use: 403, `auth.lane_for`).
@@ -23,28 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from datetime import datetime, timezone
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 import numpy as np
-from fastapi import APIRouter, Depends, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from fastapi.routing import APIRoute
-from starlette.exceptions import HTTPException
 
-from homeai import __version__
 from homeai.api import ollama_models
 from homeai.config import GrammarConfig
-from homeai.api.auth import CurrentMember, current_member, lane_for
+from homeai.api.auth import CurrentMember, lane_for
 from homeai.api.deps import EngineDep, LaneHeader, RuntimeDep
 from homeai.api.errors import ApiError
 from homeai.api.limits import check_generation
-from homeai.api.ollama_schemas import ChatRequest, EmbedRequest, GenerateRequest, Generating, ModelRequest
+from homeai.api.ollama_route import NDJSON, line, now, ollama_router
+from homeai.api.ollama_schemas import ChatRequest, EmbedRequest, GenerateRequest, Generating
 from homeai.api.openai import _submit_embeds as submit_embeds
 from homeai.api.openai import chat_template, tool_error, tool_plan
 from homeai.api.streaming import abort_on_disconnect, collect
@@ -56,26 +51,10 @@ from lanes.base import LanePolicy
 
 log = logging.getLogger("homeai.api")
 
-OLLAMA_VERSION = "0.12.0"  # the Ollama API this answers as: clients gate features (tools, think) on it
-NDJSON = "application/x-ndjson"
 NS_PER_MS = 1_000_000
 
 
 # ---- tool calling and structured output ----------------------------------------------------
-
-# Every served model takes tools: in its template's own call format, or in the generic one
-# (described in the system prompt, held to the schemas by a grammar) when its template has none.
-TOOL_CALLING = True
-
-
-def capabilities(purposes: set[str]) -> list[str]:
-    """What `/api/show` says a served model can do (Home Assistant offers tools only with "tools")."""
-    out = []
-    if "generate" in purposes:
-        out += ["completion", "tools"] if TOOL_CALLING else ["completion"]
-    if "embed" in purposes:
-        out.append("embedding")
-    return out
 
 
 def chat_prompt(engine: Engine, messages: list[dict], plan: ToolPlan | None) -> str:
@@ -92,62 +71,7 @@ def _ollama_calls(calls: tuple[ToolCall, ...]) -> list[dict]:
     return [{"function": {"name": c.name, "arguments": c.arguments}} for c in calls]
 
 
-# ---- errors in Ollama's shape ---------------------------------------------------------------
-
-ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
-ERROR_RESPONSES = {status: {"description": description, "content": {"application/json": {"schema": ERROR_SCHEMA}}}
-                   for status, description in ((400, "The request is not valid"), (401, "Missing or invalid token"),
-                                               (404, "The model is not served here"), (429, "The lane's queue is full"),
-                                               (503, "Not loaded yet"))}
-
-
-def error_response(status: int, message: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
-
-
-class OllamaRoute(APIRoute):
-    """A route whose errors, its dependencies' and body validation's included, are Ollama's `{"error": "..."}`,
-    and whose body is JSON whatever its content type, as Ollama reads it (`curl -d` sends a form's)."""
-
-    def get_route_handler(self) -> Callable:
-        handler = super().get_route_handler()
-        has_body = self.body_field is not None
-
-        async def answer(request: Request) -> Response:
-            if has_body:
-                request = _as_json(request)
-            try:
-                return await handler(request)
-            except ApiError as exc:
-                return error_response(exc.status_code, exc.message, exc.headers)
-            except RequestValidationError as exc:
-                return error_response(400, _invalid(exc))
-            except HTTPException as exc:
-                return error_response(exc.status_code, str(exc.detail), exc.headers)
-            except Exception:
-                log.exception("unhandled error in %s", request.url.path)
-                return error_response(500, "internal server error")
-
-        return answer
-
-
-def _as_json(request: Request) -> Request:
-    """The request with its body declared JSON: FastAPI parses a body as JSON only when it says so."""
-    headers = [(k, v) for k, v in request.scope["headers"] if k != b"content-type"]
-    scope = {**request.scope, "headers": [*headers, (b"content-type", b"application/json")]}
-    return Request(scope, request.receive)
-
-
-def _invalid(exc: RequestValidationError) -> str:
-    first = exc.errors()[0]
-    if first.get("type") == "json_invalid":
-        return "the body is not valid JSON"
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
-    return f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
-
-
-router = APIRouter(prefix="/api", tags=["ollama"], route_class=OllamaRoute, responses=ERROR_RESPONSES,
-                   dependencies=[Depends(current_member)])
+router = ollama_router()
 
 
 def generation_lane(runtime: RuntimeDep, member: CurrentMember, lane_header: LaneHeader = None) -> str:
@@ -156,47 +80,6 @@ def generation_lane(runtime: RuntimeDep, member: CurrentMember, lane_header: Lan
 
 
 GenerationLane = Annotated[str, Depends(generation_lane)]
-
-
-# ---- the served model -----------------------------------------------------------------------
-
-
-@router.get("/version")
-def version() -> dict:
-    return {"version": OLLAMA_VERSION, "homeai": __version__}
-
-
-@router.get("/tags")
-def tags(runtime: RuntimeDep, _engine: EngineDep) -> dict:
-    """A plain function: the first call reads the GGUF headers, in a worker thread."""
-    return {"models": [ollama_models.tag_entry(card) for card in runtime.cards()]}
-
-
-@router.get("/ps")
-def ps(runtime: RuntimeDep, engine: EngineDep) -> dict:
-    on_gpu = engine.runner.info.gpu_offload
-    return {"models": [ollama_models.ps_entry(card, context_length=_context_length(engine), on_gpu=on_gpu)
-                       for card in runtime.cards()]}
-
-
-@router.post("/show")
-def show(body: ModelRequest, runtime: RuntimeDep, engine: EngineDep, member: CurrentMember) -> dict:
-    """The model file's path for an admin; its name only for other members."""
-    card, purposes = _card(runtime, body.requested())
-    return ollama_models.show(card, capabilities=capabilities(purposes), context_length=_context_length(engine),
-                              full_path=member.is_admin)
-
-
-@router.post("/pull")
-def pull(body: ModelRequest, runtime: RuntimeDep, _engine: EngineDep) -> Response:
-    """The served model is there already: success, and nothing downloaded. Any other name is an error."""
-    name = body.requested()
-    if _served(runtime, name) is None:
-        served = ", ".join(ollama_models.ollama_name(c.id) for c in runtime.cards())
-        raise ApiError(404, f'model "{name}" is not served here and homeai downloads no models (it serves {served})')
-    if not body.stream:
-        return JSONResponse({"status": "success"})
-    return Response("".join(_line({"status": s}) for s in ("pulling manifest", "success")), media_type=NDJSON)
 
 
 # ---- generation -----------------------------------------------------------------------------
@@ -275,17 +158,17 @@ async def _lines(stream: RequestStream, reply: "Reply", started: int) -> AsyncIt
     try:
         async for event in stream:
             if isinstance(event, TokenEvent) and event.text:
-                for line in reply.pieces(event.text):
-                    yield _line(line)
+                for piece in reply.pieces(event.text):
+                    yield line(piece)
         finish = stream.finished
-        for line in reply.end(finish.text):  # text held back, then the calls not sent yet
-            yield _line(line)
+        for piece in reply.end(finish.text):  # text held back, then the calls not sent yet
+            yield line(piece)
         if finish.reason == "error":
-            yield _line({"error": f"generation failed: {finish.error}"})
+            yield line({"error": f"generation failed: {finish.error}"})
         elif finish.reason == "abort":
-            yield _line({"error": "the server is shutting down; the answer was cut short"})
+            yield line({"error": "the server is shutting down; the answer was cut short"})
         else:
-            yield _line(reply.done("", finish, started))
+            yield line(reply.done("", finish, started))
     finally:
         if stream.finished is None:
             stream.abort()
@@ -323,7 +206,7 @@ class Reply:
                  "done": False} for c in calls]
 
     def _head(self) -> dict:
-        return {"model": self.model, "created_at": _now()}
+        return {"model": self.model, "created_at": now()}
 
     def _text(self, text: str) -> dict:
         return {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
@@ -391,39 +274,15 @@ async def embed(body: EmbedRequest, request: Request, runtime: RuntimeDep, engin
 # ---- helpers --------------------------------------------------------------------------------
 
 
-def _served(runtime, name: str) -> tuple[object, set[str]] | None:
-    """The served card `name` names (`<id>`, `<id>:latest`, the file's name, or an alias) and its purposes."""
-    bare = name.removesuffix(f":{ollama_models.TAG}")
-    found = None
-    purposes = set()
-    for purpose in ("generate", "embed"):
-        if runtime.resolve_model(bare, purpose) is not None:
-            found = found or runtime.models[purpose]
-            if runtime.models[purpose] == found:
-                purposes.add(purpose)
-    return (found, purposes) if found is not None else None
-
-
-def _card(runtime, name: str):
-    served = _served(runtime, name)
-    if served is None:
-        raise ApiError(404, _not_found(name))
-    return served
-
-
 def _model(runtime, name: str, purpose: str) -> str:
     """The served model's id for `purpose`; 404 as Ollama words it, 400 for a model that does not do it."""
-    served = _served(runtime, name)
+    served = ollama_models.served(runtime, name)
     if served is None:
-        raise ApiError(404, _not_found(name))
+        raise ApiError(404, ollama_models.not_found(name))
     if purpose not in served[1]:
         doing = "embeddings" if purpose == "embed" else "generation"
         raise ApiError(400, f'"{name}" does not support {doing}')
     return served[0].id
-
-
-def _not_found(name: str) -> str:
-    return f'model "{name}" not found, try pulling it first'
 
 
 def _policy(runtime, lane: str) -> LanePolicy:
@@ -433,19 +292,9 @@ def _policy(runtime, lane: str) -> LanePolicy:
     return runtime.cfg.lanes[lane]
 
 
-def _context_length(engine: Engine) -> int:
-    return engine.max_seq_len_for("chat") if "chat" in engine.policies else engine.max_seq_len
-
-
 def _normalised(vector) -> list[float]:
     array = np.asarray(vector, dtype=np.float32)
     norm = float(np.linalg.norm(array))
     return (array / norm if norm > 0 else array).tolist()
 
 
-def _line(obj: dict) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")

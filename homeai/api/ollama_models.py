@@ -37,6 +37,38 @@ def ollama_name(model_id: str) -> str:
     return f"{model_id}:{TAG}"
 
 
+# Every served model takes tools: in its template's own call format, or in the generic one
+# (described in the system prompt, held to the schemas by a grammar) when its template has none.
+TOOL_CALLING = True
+
+
+def capabilities(purposes: set[str]) -> list[str]:
+    """What `/api/show` says a served model can do (Home Assistant offers tools only with "tools")."""
+    out = []
+    if "generate" in purposes:
+        out += ["completion", "tools"] if TOOL_CALLING else ["completion"]
+    if "embed" in purposes:
+        out.append("embedding")
+    return out
+
+
+def served(runtime, name: str) -> tuple[object, set[str]] | None:
+    """The served card `name` names (`<id>`, `<id>:latest`, the file's name, or an alias) and its purposes."""
+    bare = name.removesuffix(f":{TAG}")
+    found = None
+    purposes = set()
+    for purpose in ("generate", "embed"):
+        if runtime.resolve_model(bare, purpose) is not None:
+            found = found or runtime.models[purpose]
+            if runtime.models[purpose] == found:
+                purposes.add(purpose)
+    return (found, purposes) if found is not None else None
+
+
+def not_found(name: str) -> str:
+    return f'model "{name}" not found, try pulling it first'
+
+
 def tag_entry(card) -> dict:
     """One `/api/tags` model."""
     stat = Path(card.path).stat()
