@@ -1,72 +1,40 @@
 """Every error the API sends, in OpenAI's shape: `{"error": {"message", "type", "code", "param"}}`.
 
-`ApiError` is what routes raise; `from_engine` turns the engine's refusals into one;
-`install` puts the handlers on an app so FastAPI's own errors (validation, unknown routes,
-crashes) come out in the same shape.
+`ApiError` is what routes raise: the service's `ServiceError` (homeai.service.errors, where
+`from_engine` turns the engine's refusals into one). `install` puts the handlers on an app so
+FastAPI's own errors (validation, unknown routes, crashes) come out in the same shape.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from homeai.engine.engine import EngineStopped, InvalidRequest, PromptTooLong, QueueFull
-from homeai.engine.state import EngineState
-from homeai.engine.template import ChatRenderError
-from homeai.wire import error_body
+from homeai.service.errors import ServiceError, from_engine, retry_after  # noqa: F401 (re-exported)
+from homeai.wire import error_body  # noqa: F401 (re-exported)
 
 log = logging.getLogger("homeai.api")
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-         404: "invalid_request_error", 405: "invalid_request_error", 413: "invalid_request_error",
-         429: "rate_limit_error", 500: "server_error", 502: "server_error", 503: "server_error",
-         504: "server_error"}
 CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
+ApiError = ServiceError  # what routes raise: the service's error, answered in OpenAI's shape here
 
-class ApiError(HTTPException):
-    """An error response. A subclass of HTTPException so FastAPI re-raises it untouched
-    from inside body parsing (the body-size limit raises it there)."""
 
-    def __init__(self, status: int, message: str, *, code: str | None = None, param: str | None = None,
-                 type: str | None = None, headers: dict[str, str] | None = None):
-        super().__init__(status, message, headers)
-        self.message, self.code, self.param = message, code, param
-        self.type = type or TYPES.get(status, "invalid_request_error")
+class RaisedInBody(HTTPException):
+    """An ApiError raised where only an HTTPException passes through untouched: inside FastAPI's
+    body parsing (the body-size limit raises it there)."""
+
+    def __init__(self, error: ApiError):
+        super().__init__(error.status_code, error.message, error.headers)
+        self.error = error
 
 
 def error_response(error: ApiError) -> JSONResponse:
-    body = error_body(error.message, error.type, error.code, error.param)
-    return JSONResponse(body, status_code=error.status_code, headers=error.headers)
-
-
-def from_engine(exc: Exception, *, prompt_param: str, retry_after_s: int = 1) -> ApiError:
-    """The API error for an engine refusal; `prompt_param` names where the prompt came from."""
-    if isinstance(exc, PromptTooLong):
-        return ApiError(400, str(exc), code="context_length_exceeded", param=prompt_param)
-    if isinstance(exc, InvalidRequest):
-        param = prompt_param if exc.param in ("prompt", "messages") else exc.param
-        return ApiError(400, str(exc), code=exc.code, param=param)
-    if isinstance(exc, ChatRenderError):  # the model's chat template refused these messages
-        return ApiError(400, str(exc), code="invalid_messages", param=prompt_param)
-    if isinstance(exc, QueueFull):
-        return ApiError(429, str(exc), code="queue_full", param="lane",
-                        headers={"Retry-After": str(retry_after_s)})
-    if isinstance(exc, EngineStopped):
-        return ApiError(503, str(exc), code="engine_stopped", headers={"Retry-After": "5"})
-    raise TypeError(f"not an engine refusal: {exc!r}")
-
-
-def retry_after(state: EngineState, lane: str) -> int:
-    """Seconds a refused client should wait: the lane's recent median time to first token, at least 1."""
-    known = state.lanes.get(lane)
-    p50_ms = known.ttft_ms.p50 if known is not None else None
-    return max(1, math.ceil((p50_ms or 0) / 1000.0))
+    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
 
 
 async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
@@ -74,8 +42,8 @@ async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
 
 
 async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:
-    if isinstance(exc, ApiError):
-        return error_response(exc)
+    if isinstance(exc, RaisedInBody):
+        return error_response(exc.error)
     if exc.status_code == 400:  # our own 400s are ApiErrors: this is FastAPI's, for a body it could not parse
         return error_response(_unparsable(exc))
     error = ApiError(exc.status_code, str(exc.detail), code=CODES.get(exc.status_code), headers=exc.headers)

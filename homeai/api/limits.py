@@ -2,8 +2,8 @@
 
 * Request body size: `BodyLimit`, an ASGI middleware (413 over `server.max_body_bytes`). A declared
   Content-Length is checked before anything is read; a chunked body is counted as it arrives, and
-  the count going over raises an `ApiError` from inside body parsing (FastAPI lets HTTPExceptions
-  through there untouched, so the app's handler shapes it).
+  the count going over raises `RaisedInBody(ApiError)` from inside body parsing (FastAPI lets
+  HTTPExceptions through there untouched, so the app's handler shapes it).
 * Messages and answer length: `check_generation` (400 over `server.max_messages` or
   `server.max_output_tokens`; answers also end at the context's edge, and prompts longer than the
   context are refused by the engine).
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from homeai.api.errors import ApiError, error_response
+from homeai.api.errors import ApiError, RaisedInBody, error_response
 from homeai.config import ServerConfig
 
 
@@ -45,7 +45,7 @@ class BodyLimit:
             if message["type"] == "http.request":
                 num_bytes += len(message.get("body", b""))
                 if num_bytes > self.max_bytes:
-                    raise self._too_large(num_bytes)
+                    raise RaisedInBody(self._too_large(num_bytes))
             return message
 
         await self.app(scope, counted, send)
