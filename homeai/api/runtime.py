@@ -28,7 +28,7 @@ from pathlib import Path
 
 from homeai.api.dispatch import RemoteLanes
 from homeai.api.limits import PerMember
-from homeai.api.metrics import Metrics
+from homeai.api.prometheus import Metrics
 from homeai.api.recorder import StatsRecorder
 from homeai.engine.state import EngineState
 from homeai.api.shutdown import Admission
