@@ -1,0 +1,58 @@
+"""A hub stand-in on loopback (`hub.py`) serving small GGUFs, selected with `HF_ENDPOINT`, and a data directory.
+
+The GGUFs are random-weight models in a tiny shape (`homeai bench model --shape tiny`, 5 MB): real
+headers (architecture, context length, file type), so listing and describing them is real too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.models.hub import Hub, start
+
+TINY = "acme/Tiny-GGUF"
+SPLIT = "acme/Split-GGUF"
+PIECE = 256 * 1024  # huggingface_hub's download chunk in these tests (10 MiB by default): progress and resume points
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory) -> bytes:
+    from homeai.bench.random_model import write
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write(path, "tiny", "q8_0")
+    return path.read_bytes()
+
+
+def other_bytes(data: bytes, mark: bytes) -> bytes:
+    """The same model with its last bytes (tensor data) changed: another file with a valid header."""
+    return data[:-len(mark)] + mark
+
+
+@pytest.fixture
+def hub(tiny_gguf, monkeypatch):
+    from huggingface_hub import constants
+
+    stand_in = Hub()
+    stand_in.add(TINY, "tiny-Q8_0.gguf", tiny_gguf)
+    stand_in.add(TINY, "tiny-Q4_K_M.gguf", other_bytes(tiny_gguf, b"q4km"))
+    stand_in.add(TINY, "mmproj-tiny-F16.gguf", other_bytes(tiny_gguf, b"proj"))
+    stand_in.add(TINY, "README.md", b"# tiny\n")
+    third = len(tiny_gguf) // 3 + 1
+    for i in range(3):
+        stand_in.add(SPLIT, f"Q8_0/split-Q8_0-0000{i + 1}-of-00003.gguf", tiny_gguf[i * third:(i + 1) * third])
+    server, thread = start(stand_in)
+    monkeypatch.setenv("HF_ENDPOINT", stand_in.url)
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", PIECE)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", "/nonexistent/hf-token")  # no token `hf auth login` saved
+    yield stand_in
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
+
+
+@pytest.fixture
+def models(tmp_path):
+    return tmp_path / "data" / "models"

@@ -1,0 +1,183 @@
+"""`homeai.pull` against the hub stand-in, through the real huggingface_hub client: names, quantisations,
+split models, progress, interruption and resume, a corrupt download, a full disk, tokens, no network.
+
+Run: .venv/bin/python -m pytest tests/models/test_pull.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+from collections import namedtuple
+
+import pytest
+
+from homeai import catalog, pull
+from tests.models.conftest import PIECE, SPLIT, TINY, other_bytes
+
+
+def steps_of(name, models, **kwargs):
+    seen = []
+    model = pull.pull(name, models, seen.append, **kwargs)
+    return model, seen
+
+
+def refused(name, models, **kwargs) -> pull.PullError:
+    with pytest.raises(pull.PullError) as caught:
+        pull.pull(name, models, **kwargs)
+    return caught.value
+
+
+def test_default_quantisation_is_q4_k_m_with_ollamas_progress(hub, models, tiny_gguf):
+    model, steps = steps_of(f"hf.co/{TINY}", models)
+    assert model.name == f"hf.co/{TINY}:Q4_K_M"
+    assert model.path == models / "hf.co" / TINY / "tiny-Q4_K_M.gguf"
+    assert model.path.read_bytes() == other_bytes(tiny_gguf, b"q4km")
+    statuses = [s.status for s in steps]
+    assert statuses[0] == "pulling manifest" and statuses[-2:] == ["writing manifest", "success"]
+    assert "verifying sha256 digest" in statuses
+    digest = "sha256:" + hashlib.sha256(model.path.read_bytes()).hexdigest()
+    downloading = [s for s in steps if s.digest]
+    assert {s.digest for s in downloading} == {digest} and {s.total for s in downloading} == {len(tiny_gguf)}
+    completed = [s.completed for s in downloading]
+    assert completed == sorted(completed) and completed[-1] == len(tiny_gguf) and len(set(completed)) > 3
+    assert downloading[0].status == f"pulling {digest[7:19]}"
+    assert [m.name for m in catalog.listed(models)] == [model.name]
+    assert not list((models / ".partial").glob("*.part"))
+
+
+def test_quantisation_by_any_case_and_the_plain_repo_form(hub, models, tiny_gguf):
+    model = pull.pull(f"{TINY}:q8_0", models)
+    assert model.name == f"hf.co/{TINY}:Q8_0" and model.path.read_bytes() == tiny_gguf
+    assert catalog.find(models, f"hf.co/{TINY.lower()}:Q8_0") == model
+
+
+def test_a_file_by_its_name(hub, models):
+    model = pull.pull(f"hf.co/{TINY}:tiny-Q8_0.gguf", models)
+    assert model.name == f"hf.co/{TINY}:tiny-Q8_0.gguf" and model.path.name == "tiny-Q8_0.gguf"
+
+
+def test_an_unknown_quantisation_lists_what_the_repository_has(hub, models):
+    error = refused(f"hf.co/{TINY}:Q5_K_M", models)
+    assert error.status == 404
+    assert str(error) == f"{TINY} has no Q5_K_M: it has hf.co/{TINY}:Q4_K_M, hf.co/{TINY}:Q8_0"  # never the mmproj
+    assert not hub.ranges and not catalog.listed(models)
+
+
+def test_several_quantisations_and_none_the_default_asks_for_one(hub, models, tiny_gguf):
+    hub.repos[TINY].pop("tiny-Q4_K_M.gguf")
+    hub.add(TINY, "tiny-Q6_K.gguf", other_bytes(tiny_gguf, b"q6k"))
+    error = refused(f"hf.co/{TINY}", models)
+    assert str(error) == f"{TINY} has several models; name one: hf.co/{TINY}:Q6_K, hf.co/{TINY}:Q8_0"
+
+
+def test_an_unknown_repository_or_a_bad_name(hub, models):
+    error = refused("hf.co/acme/Nothing-GGUF:Q4_K_M", models)
+    assert error.status == 404 and str(error) == f"no repository acme/Nothing-GGUF on {hub.url} (a private one needs HF_TOKEN)"
+    error = refused("llama3.2", models)
+    assert error.status == 404 and "'llama3.2' is not a Hugging Face model name" in str(error)
+    hub.add("acme/Safetensors", "model.safetensors", b"x")
+    assert "acme/Safetensors has no GGUF files" in str(refused("acme/Safetensors", models))
+
+
+def test_a_split_model_is_fetched_whole(hub, models, tiny_gguf):
+    model = pull.pull(f"hf.co/{SPLIT}:Q8_0", models)
+    assert model.name == f"hf.co/{SPLIT}:Q8_0" and len(model.files) == 3
+    assert model.path.name == "split-Q8_0-00001-of-00003.gguf"
+    assert b"".join(f.path.read_bytes() for f in model.files) == tiny_gguf
+    assert model.size == len(tiny_gguf)
+    hub.repos[SPLIT].pop("Q8_0/split-Q8_0-00002-of-00003.gguf")
+    shutil.rmtree(models)
+    assert "split in 3 parts but the repository has 2" in str(refused(f"hf.co/{SPLIT}:Q8_0", models))
+
+
+def test_a_dropped_connection_is_resumed_where_it_broke(hub, models, tiny_gguf):
+    hub.cut_after, hub.cuts_left = 4 * PIECE + 1000, 1
+    model = pull.pull(f"hf.co/{TINY}:Q8_0", models)
+    assert model.path.read_bytes() == tiny_gguf
+    assert hub.ranges == [None, f"bytes={4 * PIECE}-"]  # whole pieces kept, the broken one read again
+
+
+def test_an_interrupted_pull_resumes_next_time(hub, models, tiny_gguf):
+    # The connection breaks, and the hub then refuses: the pull gives up, keeping what it has.
+    hub.cut_after, hub.cuts_left, hub.max_downloads = 6 * PIECE + 10, 1, 1
+    error = refused(f"hf.co/{TINY}:Q8_0", models)
+    assert error.status == 502 and "\n" not in str(error)
+    parts = list((models / ".partial").glob("*.part"))
+    assert len(parts) == 1 and parts[0].stat().st_size == 6 * PIECE
+    assert not catalog.listed(models) and not (models / "hf.co" / TINY / "tiny-Q8_0.gguf").exists()
+    hub.ranges, hub.max_downloads = [], None
+    model = pull.pull(f"hf.co/{TINY}:Q8_0", models)
+    assert hub.ranges == [f"bytes={6 * PIECE}-"] and model.path.read_bytes() == tiny_gguf
+
+
+def test_a_corrupt_download_is_refused_and_deleted(hub, models):
+    hub.corrupt = True
+    error = refused(f"hf.co/{TINY}:Q8_0", models)
+    assert error.status == 502 and "tiny-Q8_0.gguf is corrupt" in str(error)
+    assert not list(models.rglob("*.gguf")) and not list(models.rglob("*.part")) and not catalog.listed(models)
+
+
+def test_not_enough_disk_is_refused_before_downloading(hub, models, monkeypatch):
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(pull.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 50_000_000, 50_000_000))
+    error = refused(f"hf.co/{TINY}:Q8_0", models)
+    assert error.status == 507 and "not enough disk" in str(error) and "0.05 GB are free" in str(error)
+    assert not hub.ranges and not list(models.rglob("*.part"))
+
+
+def test_a_cancelled_pull_keeps_its_part_and_resumes(hub, models, tiny_gguf):
+    cancel = threading.Event()
+
+    def report(step):
+        if step.completed and step.completed >= 3 * PIECE:
+            cancel.set()
+
+    with pytest.raises(pull.Cancelled):
+        pull.pull(f"hf.co/{TINY}:Q8_0", models, report, cancel)
+    part, = (models / ".partial").glob("*.part")
+    assert part.stat().st_size == 3 * PIECE
+    hub.ranges = []
+    assert pull.pull(f"hf.co/{TINY}:Q8_0", models).path.read_bytes() == tiny_gguf
+    assert hub.ranges == [f"bytes={3 * PIECE}-"]
+
+
+def test_pulling_a_pulled_model_again_downloads_nothing(hub, models):
+    first = pull.pull(f"hf.co/{TINY}:Q8_0", models)
+    hub.ranges = []
+    assert pull.pull(f"hf.co/{TINY}:q8_0", models) == first and hub.ranges == []
+
+
+def test_one_pull_of_a_name_at_a_time(hub, models):
+    hub.delay_s = 0.05
+    cancel = threading.Event()
+    first = threading.Thread(target=lambda: pytest.raises(pull.Cancelled, pull.pull, f"hf.co/{TINY}:Q8_0", models,
+                                                           cancel=cancel))
+    first.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not hub.ranges and time.monotonic() < deadline:
+            time.sleep(0.02)
+        error = refused(f"{TINY.lower()}:q8_0", models)
+        assert error.status == 409 and "is being pulled already" in str(error)
+    finally:
+        cancel.set()
+        first.join(30)
+
+
+def test_a_token_the_hub_refuses_says_so_in_one_line(hub, models, monkeypatch):
+    hub.token = "hf_good"
+    monkeypatch.setenv("HF_TOKEN", "hf_wrong")
+    error = refused(f"hf.co/{TINY}:Q8_0", models)
+    assert error.status == 401 and str(error) == f"{hub.url} refused the token (HF_TOKEN or `hf auth login`): 401"
+    monkeypatch.setenv("HF_TOKEN", "hf_good")
+    assert pull.pull(f"hf.co/{TINY}:Q8_0", models).name == f"hf.co/{TINY}:Q8_0"
+
+
+def test_no_network_says_so_in_one_line(hub, models, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard: nothing listens
+    error = refused(f"hf.co/{TINY}:Q8_0", models)
+    assert error.status == 502 and str(error).startswith("cannot reach http://127.0.0.1:9: ConnectError")
+    assert "\n" not in str(error)
