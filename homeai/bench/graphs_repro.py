@@ -4,7 +4,7 @@ Run: `python -m homeai.bench.graphs_repro --config gpu.toml [--seqs 32] [--token
 (`scripts/gpu-check.sh` runs it with `model.cuda_graphs = "on"` under a timeout). It loads
 the configured model with its two generation contexts (`model.interactive_n_ctx` > 0) and
 decodes `seqs` sequences for `tokens` steps, half in each context, back to back in every step,
-as `Runner.run` does, without the scheduler (`raw_two_context_decode`). It prints what is in
+as `Runner.run` does, without the scheduler (`homeai.bench.raw_loop.raw_two_context_decode`). It prints what is in
 force and, if the process lives, "completed"; an abort shows as the process dying by SIGABRT
 (exit status 134) with llama.cpp's CUDA error on stderr. On a CPU it checks that both contexts
 give the same greedy tokens for the same prompt.
@@ -28,8 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     if not cfg.model.interactive_n_ctx:
         print("homeai: the reproduction needs model.interactive_n_ctx > 0 (two generation contexts)", file=sys.stderr)
         return 2
+    from homeai.bench.raw_loop import raw_two_context_decode
     from homeai.engine import gpu
-    from homeai.engine.runner import Runner, backend_facts, raw_two_context_decode
+    from homeai.engine.runner import Runner, backend_facts
     from homeai.models import generation_model
 
     backend = backend_facts()

@@ -312,6 +312,7 @@ class Runner:
         self.candidates = _Candidates(self.n_vocab)
         self._pooled: dict[str, np.ndarray] = {}  # embedding inputs in flight: their chunks' summed vectors
         self._pieces: dict[int, bytes] = {}
+        self._greedy = None  # the greedy sampler of `decode_greedy`, made at its first call
         self.info = self._info(model_path, embedding_path)
 
     def _info(self, model_path: Path, embedding_path: Path | None) -> ModelInfo:
@@ -559,6 +560,23 @@ class Runner:
             norm = float(np.linalg.norm(vec))
             result.embeddings[item.request_id] = vec / norm if norm > 0 else vec
 
+    def decode_greedy(self, groups: list[tuple[Pool, list[tuple[int, int, list[int]]]]]) -> list[list[int]]:
+        """Bare decodes: each group's rows (seq_id, start position, tokens) in its pool's context, one
+        `llama_decode` a group, back to back over the one batch, then each row's greedy next token
+        (every context decodes before any samples, as in `run`). No plan, no sampler chain, nothing
+        kept but the cells: the raw loops of `homeai.bench.raw_loop` are built on it."""
+        decoded = []
+        for pool, rows in groups:
+            ctx = self._context(pool)
+            last = self.batch.fill([(seq_id, start, tokens, True) for seq_id, start, tokens in rows])
+            rc = ll.llama_decode(ctx, self.batch.c)
+            if rc != 0:
+                raise RunnerError(f"llama_decode failed with code {rc}")
+            decoded.append((ctx, last))
+        if self._greedy is None:
+            self._greedy = ll.llama_sampler_init_greedy()  # keeps no state: one serves every row
+        return [[ll.llama_sampler_sample(self._greedy, ctx, row) for row in last] for ctx, last in decoded]
+
     def reset(self) -> None:
         """Forget every sequence and sampler (a new engine starts from an empty cache)."""
         for request_id in list(self.samplers):
@@ -575,6 +593,8 @@ class Runner:
             self.grammar_checker.stop()
         for request_id in list(self.samplers):
             self._free_sampler(request_id)
+        if self._greedy is not None:
+            ll.llama_sampler_free(self._greedy)
         ll.llama_free(self.embed_ctx)
         if self.ictx:
             ll.llama_free(self.ictx)
@@ -881,77 +901,3 @@ def log_probs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tupl
     idx = np.argpartition(logits, -k)[-k:]
     idx = idx[np.argsort(-logits[idx])]
     return chosen, tuple((int(i), float(logits[i]) - lse) for i in idx)
-
-
-def raw_batched_decode(runner: Runner, prompts: list[list[int]], num_steps: int) -> dict:
-    """A bare low-level loop (one batch, greedy, no scheduler) as the yardstick for `homeai bench engine`."""
-    runner.reset()
-    n = len(prompts)
-    start = time.perf_counter()
-    samplers = [ll.llama_sampler_init_greedy() for _ in range(n)]
-    tokens = [0] * n
-    for group in _fitting(prompts, len(runner.batch.token)):  # the prompts, as few decodes as the batch allows
-        rows = runner.batch.fill([(seq, 0, prompts[seq], True) for seq in group])
-        if ll.llama_decode(runner.ctx, runner.batch.c) != 0:
-            raise RunnerError("raw prefill failed")
-        for seq, row in zip(group, rows):
-            tokens[seq] = ll.llama_sampler_sample(samplers[seq], runner.ctx, row)
-    positions = [len(p) for p in prompts]
-    prefill_s = time.perf_counter() - start
-    for _ in range(num_steps - 1):
-        rows = runner.batch.fill([(seq, positions[seq], [tokens[seq]], True) for seq in range(n)])
-        if ll.llama_decode(runner.ctx, runner.batch.c) != 0:
-            raise RunnerError("raw decode failed")
-        positions = [p + 1 for p in positions]
-        tokens = [ll.llama_sampler_sample(s, runner.ctx, r) for s, r in zip(samplers, rows)]
-    elapsed = time.perf_counter() - start
-    for s in samplers:
-        ll.llama_sampler_free(s)
-    runner.reset()
-    return {"seconds": elapsed, "prefill_seconds": prefill_s, "tokens": n * num_steps}
-
-
-def _fitting(prompts: list[list[int]], capacity: int) -> list[list[int]]:
-    """The prompts' indices in groups of at most `capacity` tokens, in order."""
-    groups: list[list[int]] = [[]]
-    used = 0
-    for i, prompt in enumerate(prompts):
-        if len(prompt) > capacity:
-            raise RunnerError(f"a {len(prompt)}-token prompt does not fit one batch of {capacity}")
-        if used + len(prompt) > capacity:
-            groups.append([])
-            used = 0
-        groups[-1].append(i)
-        used += len(prompt)
-    return groups
-
-
-def raw_two_context_decode(runner: Runner, prompts: list[list[int]], num_steps: int) -> dict:
-    """The step pattern that aborted with CUDA graphs on (issue 16), without the scheduler: each
-    step decodes the even prompts' sequences in the main context and the odd ones' in the
-    interactive context, back to back over one batch buffer, then samples both (greedy), as
-    `Runner.run` does. Each prompt's tokens, in order."""
-    if runner.ictx is None:
-        raise RunnerError("two generation contexts need model.interactive_n_ctx > 0")
-    runner.reset()
-    start = time.perf_counter()
-    sides = [(runner.ctx, list(range(0, len(prompts), 2))), (runner.ictx, list(range(1, len(prompts), 2)))]
-    samplers = [ll.llama_sampler_init_greedy() for _ in prompts]
-    outputs: list[list[int]] = [[] for _ in prompts]
-    for step in range(num_steps):
-        decoded = []
-        for ctx, indices in sides:
-            fill = [(seq, 0, prompts[i], True) if step == 0 else
-                    (seq, len(prompts[i]) + step - 1, [outputs[i][-1]], True) for seq, i in enumerate(indices)]
-            rows = runner.batch.fill(fill)
-            if ll.llama_decode(ctx, runner.batch.c) != 0:
-                raise RunnerError("two-context decode failed")
-            decoded.append((ctx, indices, rows))
-        for ctx, indices, rows in decoded:
-            for i, row in zip(indices, rows):
-                outputs[i].append(ll.llama_sampler_sample(samplers[i], ctx, row))
-    elapsed = time.perf_counter() - start
-    for s in samplers:
-        ll.llama_sampler_free(s)
-    runner.reset()
-    return {"seconds": elapsed, "tokens": len(prompts) * num_steps, "outputs": outputs}

@@ -125,7 +125,7 @@ def test_household_at_full_size_completes_under_every_policy_in_simulation(tmp_p
 
 def test_the_raw_loop_reads_prompts_longer_than_one_batch_together(runner):
     """`homeai bench engine` at 16 sequences: their prompts exceed one llama.cpp batch."""
-    from homeai.engine.runner import raw_batched_decode
+    from homeai.bench.raw_loop import raw_batched_decode
 
     prompts = [runner.tokenize(f"Question {i}: " + "why is the sky blue? " * 6) for i in range(8)]
     assert sum(map(len, prompts)) > len(runner.batch.token)

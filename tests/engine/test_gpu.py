@@ -79,7 +79,7 @@ def test_on_this_cpu_only_build_the_defaults_keep_everything_on_the_cpu():
 
 @pytest.mark.model
 def test_both_generation_contexts_decode_the_same_tokens_back_to_back(runner):
-    from homeai.engine.runner import raw_two_context_decode
+    from homeai.bench.raw_loop import raw_two_context_decode
 
     assert runner.ictx is not None
     a = runner.tokenize("The kitchen lights are on and")
