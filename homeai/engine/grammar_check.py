@@ -2,8 +2,9 @@
 
 A grammar llama.cpp cannot take may crash it (a stack overflow in its recursive parser), take
 minutes to build or to weigh a token, or write its whole text to stderr when refused. So each
-new grammar is first built in a checker process (`runner.grammar_worker`: the model's vocabulary
-only, the build in a thread with a 1 MiB stack, smaller than any of the daemon's) and walked a few
+new grammar is first built in a checker process (`python -m homeai.engine.runner`, its
+`grammar_worker`: the model's vocabulary only, the build in a thread with a 1 MiB stack, smaller
+than any of the daemon's) and walked a few
 tokens, each weighed against the whole vocabulary, as the engine does when the model's pick is
 refused. The answer is why not (a short reason) or None, within `timeout_s`; past it, or if the
 process dies, it is killed, restarted for the next check, and the grammar refused. Answers are
@@ -77,7 +78,7 @@ class GrammarChecker:
         if self.process is not None and self.process.poll() is None:
             return
         ours, theirs = socket.socketpair()
-        self.process = subprocess.Popen([sys.executable, "-m", "homeai.engine.grammar_check", self.model_path,
+        self.process = subprocess.Popen([sys.executable, "-m", "homeai.engine.runner", self.model_path,
                                          str(theirs.fileno())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(ours.detach())
@@ -97,8 +98,3 @@ class GrammarChecker:
             self.conn.close()
         self.process = self.conn = None
 
-
-if __name__ == "__main__":  # the checker process: python -m homeai.engine.grammar_check MODEL FD
-    from homeai.engine.runner import grammar_worker  # the only module that imports llama_cpp
-
-    grammar_worker(sys.argv[1], Connection(int(sys.argv[2])))

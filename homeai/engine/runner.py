@@ -901,3 +901,10 @@ def log_probs(logits: np.ndarray, token: int, k: int) -> tuple[float, tuple[tupl
     idx = np.argpartition(logits, -k)[-k:]
     idx = idx[np.argsort(-logits[idx])]
     return chosen, tuple((int(i), float(logits[i]) - lse) for i in idx)
+
+
+if __name__ == "__main__":  # the grammar checker's process (`grammar_check`): python -m homeai.engine.runner MODEL FD
+    import sys
+    from multiprocessing.connection import Connection
+
+    grammar_worker(sys.argv[1], Connection(int(sys.argv[2])))
