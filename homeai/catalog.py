@@ -119,6 +119,16 @@ def names_of(path: Path, models: Path) -> list[str]:
     return [m.name for m in listed(models) if m.path.resolve() == target]
 
 
+def spelling(models: Path, name: HubName) -> HubName:
+    """`name` with its repository spelt as a local model of that repository spells it: the hub
+    ignores case in repository names, a folder may not."""
+    for model in listed(models):
+        repo = model.name[len(HOST) + 1:].rpartition(":")[0]
+        if model.manifest is not None and repo.lower() == name.repo.lower():
+            return HubName(repo, name.tag)
+    return name
+
+
 def manifest_path(models: Path, name: HubName) -> Path:
     return models / MANIFESTS / HOST / name.repo / f"{name.tag}.json"
 

@@ -16,6 +16,7 @@ Progress is reported as Ollama words it (`Step`), for the CLI's bar and `/api/pu
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -100,15 +101,8 @@ def endpoint() -> str:
 def pull(name: str, models: Path, report: Callable[[Step], None] = lambda step: None,
          cancel: threading.Event | None = None) -> LocalModel:
     """Fetch `name` into `models`, checked, and record it; the local model. PullError on failure."""
-    with _hub_errors(name), _only_puller(models, name):
-        report(Step("pulling manifest"))
-        chosen = plan(name)
-        _check_disk(chosen, models)
-        files = [_fetch(chosen, f, models, report, cancel) for f in chosen.files]
-        report(Step("writing manifest"))
-        model = catalog.write_manifest(models, chosen.name, files, {"repo": chosen.name.repo, "revision": REVISION})
-        report(Step("success"))
-        return model
+    report(Step("pulling manifest"))
+    return fetch(plan(name), models, report, cancel)
 
 
 def plan(name: str) -> Plan:
@@ -121,11 +115,25 @@ def plan(name: str) -> Plan:
     from huggingface_hub.hf_api import RepoFile
 
     url = endpoint()
-    tree = HfApi(endpoint=url).list_repo_tree(hub.repo, recursive=True, revision=REVISION)
+    with _hub_errors(hub.repo, url):
+        tree = list(HfApi(endpoint=url).list_repo_tree(hub.repo, recursive=True, revision=REVISION))
     ggufs = [RemoteFile(f.path, f.size, f.lfs.sha256 if f.lfs else "", f.blob_id) for f in tree
              if isinstance(f, RepoFile) and f.path.lower().endswith(".gguf") and "mmproj" not in f.path.lower()]
     files, tag = choose(ggufs, hub)
     return Plan(HubName(hub.repo, tag), tuple(files), url)
+
+
+def fetch(chosen: Plan, models: Path, report: Callable[[Step], None] = lambda step: None,
+          cancel: threading.Event | None = None) -> LocalModel:
+    """Download what `chosen` names (what is there already is kept), check it and record the model."""
+    chosen = dataclasses.replace(chosen, name=catalog.spelling(models, chosen.name))
+    with _hub_errors(chosen.name.repo, chosen.endpoint), _only_puller(models, chosen.name):
+        _check_disk(chosen, models)
+        files = [_fetch(chosen, f, models, report, cancel) for f in chosen.files]
+        report(Step("writing manifest"))
+        model = catalog.write_manifest(models, chosen.name, files, {"repo": chosen.name.repo, "revision": REVISION})
+        report(Step("success"))
+        return model
 
 
 def choose(ggufs: list[RemoteFile], hub: HubName) -> tuple[list[RemoteFile], str]:
@@ -284,11 +292,11 @@ class _Quiet(tqdm):
 
 
 @contextmanager
-def _only_puller(models: Path, name: str):
-    """One pull of a name at a time, across processes (the daemon and the CLI)."""
+def _only_puller(models: Path, name: HubName):
+    """One pull of a model at a time, across processes (the daemon and the CLI)."""
     locks = models / catalog.PARTIAL
     locks.mkdir(parents=True, exist_ok=True)
-    key = re.sub(r"[^\w.-]+", "-", str(catalog.parse(name)).lower()) if _is_hub_name(name) else "invalid"
+    key = re.sub(r"[^\w.-]+", "-", str(name).lower())
     with open(locks / f"{key}.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -297,22 +305,12 @@ def _only_puller(models: Path, name: str):
         yield
 
 
-def _is_hub_name(name: str) -> bool:
-    try:
-        catalog.parse(name)
-    except ValueError:
-        return False
-    return True
-
-
 @contextmanager
-def _hub_errors(name: str):
+def _hub_errors(repo: str, url: str):
     """huggingface_hub's and the network's errors as one line each."""
     import httpx2
     from huggingface_hub import errors
 
-    url = endpoint()
-    repo = catalog.parse(name).repo if _is_hub_name(name) else name
     try:
         yield
     except errors.GatedRepoError:

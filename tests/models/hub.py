@@ -68,10 +68,14 @@ def _handler(hub: Hub):
             if hub.token and self.headers.get("Authorization") != f"Bearer {hub.token}":
                 return self._error(401, "Invalid credentials in Authorization header", "")
             if tree := TREE.fullmatch(path):
-                return self._tree(tree.group(1))
+                return self._tree(self._repo(tree.group(1)))
             if resolve := RESOLVE.fullmatch(path):
-                return self._file(resolve.group(1), resolve.group(3), head)
+                return self._file(self._repo(resolve.group(1)), resolve.group(3), head)
             self._error(404, "Not Found", "")
+
+        def _repo(self, asked: str) -> str:
+            """The repository's own spelling: the hub ignores case in repository names."""
+            return next((repo for repo in hub.repos if repo.lower() == asked.lower()), asked)
 
         def _tree(self, repo: str):
             if repo not in hub.repos:
