@@ -461,10 +461,9 @@ class Engine:
                 log.exception("on_finish callback failed")
 
     def _fail(self, plan: StepPlan, error: str) -> None:
-        for item in plan.items:
-            request = self.scheduler.abort(item.request_id, "error", self.clock())
-            if request is not None:
-                self._close(request, "error", error)
+        """A step that raised: the scheduler settles none of it and ends its requests; so do their streams."""
+        for request in self.scheduler.fail(plan, self.clock()):
+            self._close(request, "error", error)
 
     # ---- what the box is doing -----------------------------------------------------
 

@@ -6,6 +6,10 @@ to the least counter of the pairs already backlogged (with none, the least there
 some last were), so nobody banks credit while idle: a member who was away while another
 used the lane alone does not come back owed everything the other was served
 (Sheng et al., "Fairness in Serving Large Language Models", VTC).
+
+A pair is charged for what ran (`Scheduler.update`), never for a step that found no KV slot or
+failed. While a step is planned, `pick` also counts what the chunks placed so far would cost
+(`Step.planned`), so one step shares its prefill among the pairs as if they had been charged.
 """
 
 from __future__ import annotations
@@ -34,14 +38,20 @@ class FairShare:
         if keys:
             self.floor = min(self.counters.get(k, 0.0) for k in keys)
 
-    def pick(self, keys, held: Callable[[Key], int] | None = None) -> Key | None:
-        """The pair with the least counter; on a tie (a newcomer is lifted to the least), the one
-        holding fewer sequences (`held`), so a member with nothing running goes before a busy one."""
-        return min(keys, key=lambda k: (self.counters.get(k, 0.0), held(k) if held else 0, k), default=None)
+    def pick(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None) -> Key | None:
+        """The pair with the least counter (plus what it was `planned` this step); on a tie (a
+        newcomer is lifted to the least), the one holding fewer sequences (`held`), so a member
+        with nothing running goes before a busy one."""
+        planned = planned or {}
+        return min(keys, key=lambda k: (self.counters.get(k, 0.0) + planned.get(k, 0.0), held(k) if held else 0, k),
+                   default=None)
+
+    def cost(self, *, weight: float, num_in: int = 0, num_out: int = 0) -> float:
+        """What `num_in` prompt and `num_out` output tokens cost a pair of this weight."""
+        return (self.w_in * num_in + self.w_out * num_out) / weight
 
     def charge(self, key: Key, *, weight: float, num_in: int = 0, num_out: int = 0) -> None:
-        cost = (self.w_in * num_in + self.w_out * num_out) / weight
-        self.counters[key] = self.counters.get(key, 0.0) + cost
+        self.counters[key] = self.counters.get(key, 0.0) + self.cost(weight=weight, num_in=num_in, num_out=num_out)
 
     def counter(self, key: Key) -> float:
         return self.counters.get(key, 0.0)

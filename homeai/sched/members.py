@@ -25,7 +25,7 @@ import math
 from collections import Counter, deque
 from typing import Callable
 
-from homeai.sched.pools import KVPools
+from homeai.sched.pools import KVPools, Spare
 from homeai.sched.request import Request
 from lanes.base import LanePolicy
 
@@ -86,15 +86,17 @@ class MemberShare:
 
     # ---- when a sequence needs cells -----------------------------------------------------
 
-    def make_room(self, request: Request, num_cells: int, preempt: Callable[[Request], None]) -> bool:
-        """Before an interactive sequence's pool preempts by its own rule for the cells it needs,
-        preempt over-cap members' sequences; False when `request` itself was one of them."""
+    def make_room(self, request: Request, num_cells: int, preempt: Callable[[Request], None],
+                  spare: Spare | None = None) -> bool:
+        """Before an interactive sequence's pool preempts by its own rule for the cells it needs
+        (sparing whom `spare` keeps), preempt over-cap members' sequences; False when `request`
+        itself was one of them."""
         if not request.interactive:
             return True
         pool = self.pools.of(request)
         kv = self.pools.kv[pool]
         while num_cells - kv.length(request.seq_id) > kv.num_free_cells + kv.num_cached_cells:
-            default = self.pools.victim(pool)
+            default = self.pools.victim(pool, spare)
             if default is None or not default.interactive:
                 return True  # background gives way first (one cache for every lane)
             held = self.held()

@@ -98,7 +98,7 @@ class Placement:
             if interactive:
                 best = min(self.policies[lane].priority for lane, _ in keys)
                 keys = [k for k in keys if self.policies[k[0]].priority == best]
-            key = self.fair.pick(keys, self.admission.members.num_held if interactive else None)
+            key = self.fair.pick(keys, self.admission.members.num_held if interactive else None, step.planned)
             request = candidates[key].popleft()
             if not candidates[key]:
                 del candidates[key]
@@ -153,7 +153,7 @@ class Placement:
         if not self.grow(request, request.num_computed_tokens + n, plan):
             return 0
         plan.batches[self.pools.of(request)].append(item(request, n))
-        self._charge_prompt(request, n)
+        self._plan_charge(step, request, n)
         return n
 
     def _place_embedding(self, step: Step, plan: StepPlan, request: Request, room: int) -> int:
@@ -171,15 +171,16 @@ class Placement:
         start = request.num_computed_tokens
         batch.append(ScheduledItem(request.request_id, Kind.EMBED, request.seq_id, start,
                                    request.tokens_slice(start, start + n), start + n == request.num_tokens))
-        self._charge_prompt(request, n)
+        self._plan_charge(step, request, n)
         return min(n, room)
 
-    def _charge_prompt(self, request: Request, n: int) -> None:
-        end = min(request.num_computed_tokens + n, request.num_prompt_tokens)
-        fresh = end - request.num_charged_prompt
+    def _plan_charge(self, step: Step, request: Request, n: int) -> None:
+        """What the next `n` tokens would cost the request's pair (prompt tokens not yet charged:
+        a recompute is free), for fair share's pick in the rest of the step."""
+        fresh = min(request.num_computed_tokens + n, request.num_prompt_tokens) - request.num_charged_prompt
         if fresh > 0:
-            request.num_charged_prompt = end
-            self.fair.charge(request.key, weight=self.policies[request.lane].weight, num_in=fresh)
+            cost = self.fair.cost(weight=self.policies[request.lane].weight, num_in=fresh)
+            step.planned[request.key] = step.planned.get(request.key, 0.0) + cost
 
 
 def item(request: Request, n: int) -> ScheduledItem:

@@ -25,6 +25,14 @@ class ScheduledItem:
     forced: int | None = None  # teacher forcing: the token to output instead of sampling
 
 
+@dataclass(frozen=True)
+class BackgroundDue:
+    """What background is owed and paid by one step (`share.py`), settled once the step ran."""
+
+    owed: float  # its minimum share of the step's tokens
+    got: float  # the tokens it got (and, beside interactive work, its decode calls' worth)
+
+
 @dataclass
 class StepPlan:
     step_id: int
@@ -37,6 +45,7 @@ class StepPlan:
     budget: int = 0
     context_cells: int = 0  # KV cells holding context when the step was planned
     shape: StepShape = StepShape(0)  # what the cost model costs: decode calls, tokens, attention, outputs
+    background: BackgroundDue | None = None  # None: background had no work waiting (it is owed nothing)
 
     @property
     def items(self) -> list[ScheduledItem]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from typing import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,7 @@ class Pool(enum.Enum):
 
 
 GENERATE = (Pool.INTERACTIVE, Pool.MAIN)  # the generating pools, decoded in this order
+Spare = Callable[[Request], bool]  # a running request that keeps its cells when another needs room
 
 
 @dataclass(frozen=True)
@@ -130,15 +132,16 @@ class KVPools:
             self.running.append(request)
             self.version += 1
 
-    def grow(self, request: Request, num_cells: int) -> tuple[bool, list[Request]]:
+    def grow(self, request: Request, num_cells: int, spare: Spare | None = None) -> tuple[bool, list[Request]]:
         """Make room for a sequence's next tokens, evicting cached prefixes, then preempting
-        holders of its pool. Returns whether it grew and whom it preempted (itself, when it could not)."""
+        holders of its pool (none that `spare` keeps). Returns whether it grew and whom it
+        preempted (itself, when it could not)."""
         pool = self.of(request)
         preempted: list[Request] = []
         while not self.kv[pool].ensure(request.seq_id, num_cells):
             if self._evict_oldest(pool):
                 continue
-            victim = self.victim(pool)
+            victim = self.victim(pool, spare)
             if victim is None or victim is request:
                 self.preempt(request)
                 return False, [*preempted, request]
@@ -146,10 +149,12 @@ class KVPools:
             preempted.append(victim)
         return True, preempted
 
-    def victim(self, pool: Pool | None = None) -> Request | None:
-        """The lowest-priority, latest-admitted running request (holding cells in `pool`, if given)."""
+    def victim(self, pool: Pool | None = None, spare: Spare | None = None) -> Request | None:
+        """The lowest-priority, latest-admitted running request (holding cells in `pool`, if given);
+        one that `spare` keeps (background at its floor) only when no other could give way."""
         ranked = [(r.priority, i, r) for i, r in enumerate(self.running) if pool is None or self.of(r) is pool]
-        return max(ranked, key=lambda t: t[:2])[2] if ranked else None
+        kept = [t for t in ranked if not (spare and spare(t[2]))] or ranked
+        return max(kept, key=lambda t: t[:2])[2] if kept else None
 
     def preempt(self, request: Request) -> None:
         """Drop a generating sequence (its cells may stay cached); the request keeps its output

@@ -212,9 +212,11 @@ class Scheduler:
             used += self.placement.fill(step, plan, interactive=False, budget=max(room, reserve))
             if reserve and used < left:  # background left part of its reserve: interactive work takes it
                 self.placement.fill(step, plan, interactive=True, budget=left - used)
-        interactive = {r.request_id for r in self.running if r.interactive}
-        self.share.settle(plan, interactive, backlogged=usable is not None or step.deferred > 0,
-                          call_tokens=self.cost.call_tokens())
+        if usable is not None or step.deferred > 0:  # background is backlogged: owed its share, once the step ran
+            interactive = {r.request_id for r in self.running if r.interactive}
+            plan.background = self.share.due(plan, interactive, call_tokens=self.cost.call_tokens())
+        else:
+            self.share.forget()
         plan.shape = self.placement.shape(step, plan)
         self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(plan)
         return self._close(plan)
@@ -274,13 +276,24 @@ class Scheduler:
     # ---- KV growth, preemption and finishing -------------------------------------------
 
     def _grow(self, request: Request, num_cells: int, plan: StepPlan | None) -> bool:
-        """Make room for a request's next tokens, preempting if its pool is full (an over-share member first)."""
-        if not self.admission.members.make_room(request, num_cells, lambda r: self._preempt(r, plan)):
+        """Make room for a request's next tokens, preempting if its pool is full (an over-share member
+        first; background at its floor only when no interactive sequence can give way)."""
+        spare = self._background_floor
+        if not self.admission.members.make_room(request, num_cells, lambda r: self._preempt(r, plan), spare):
             return False
-        grown, preempted = self.pools.grow(request, num_cells)
+        grown, preempted = self.pools.grow(request, num_cells, spare)
         for r in preempted:
             self._requeue(r, plan)
         return grown
+
+    def _background_floor(self, request: Request) -> bool:
+        """`request` is background, which is down to its minimum share: it keeps its cells."""
+        return not request.interactive and not self.share.may_preempt()
+
+    def _slot_victim(self) -> Request | None:
+        """Who gives way after llama.cpp found no KV slot: the lowest-priority, latest-admitted
+        sequence, but an interactive one before background at its floor."""
+        return self.pools.victim(spare=self._background_floor)
 
     def _preempt(self, request: Request, plan: StepPlan | None) -> None:
         """Drop a request's KV and requeue it at the head of its lane, keeping its output."""
@@ -305,15 +318,19 @@ class Scheduler:
     # ---- results -------------------------------------------------------------------
 
     def update(self, plan: StepPlan, result: StepResult, now: float) -> list[Output]:
+        """What the step did: every token, fair-share charge and background payment is settled
+        here, from the plan that ran; a step that found no KV slot settles nothing."""
         self._clock = now
         if result.no_kv_slot:  # nothing was kept: shrink, and free room
             self.pacing.no_kv_slot()  # embedding chunks did not run either: they go again
-            victim = self.pools.victim()
+            victim = self._slot_victim()
             if victim is not None and len(self.running) > 1:
                 self._preempt(victim, None)
             self.pools.drop_cached()  # cached prefixes too: the room must be real, in llama.cpp's cache
             return []
         self.pacing.step_ran()
+        if plan.background is not None:
+            self.share.settle(plan.background)
         if not plan.empty:
             self.cost.observe(plan.shape, result.elapsed_ms, now)
             for pool in self.pools.generating:
@@ -326,6 +343,7 @@ class Scheduler:
         request = self.requests.get(item.request_id)
         if request is None or request.status is not Status.RUNNING or request.seq_id != item.seq_id:
             return None  # aborted or preempted while the step ran
+        self._charge_prompt(request, item)
         request.num_computed_tokens = item.start + len(item.tokens)
         if not item.sample:
             return None
@@ -350,6 +368,7 @@ class Scheduler:
         request = self.requests.get(item.request_id)
         if request is None or request.finished or request.seq_id != item.seq_id:
             return None
+        self._charge_prompt(request, item)
         request.num_computed_tokens = item.start + len(item.tokens)
         if not item.sample:
             return None
@@ -357,6 +376,20 @@ class Scheduler:
         request.first_token_time = now
         self._finish(request, "stop", now)
         return Output(request, None, True)
+
+    def _charge_prompt(self, request: Request, item: ScheduledItem) -> None:
+        """Fair share's charge for the prompt tokens a chunk that ran read (a recompute is free)."""
+        end = min(item.start + len(item.tokens), request.num_prompt_tokens)
+        fresh = end - request.num_charged_prompt
+        if fresh > 0:
+            request.num_charged_prompt = end
+            self.fair.charge(request.key, weight=self.policies[request.lane].weight, num_in=fresh)
+
+    def fail(self, plan: StepPlan, now: float) -> list[Request]:
+        """The step raised: nothing of it is settled (no token computed, no fair-share charge, no
+        background payment), and its requests end with "error". Returns those still in flight."""
+        ended = (self.abort(i.request_id, "error", now) for i in plan.items)
+        return [r for r in ended if r is not None]
 
     def _eligible_at(self, lane: str, arrival: float) -> float:
         return eligible_at(self.policies[lane], arrival, engine_busy=bool(self.running),

@@ -2,7 +2,9 @@
 
 While background work is backlogged it is owed `background_min_share` of every step's tokens
 (a deficit counter, `credit`, paid with the tokens it gets; beside interactive work in a cache
-of their own, each background decode call is paid too, its fixed cost in tokens' worth). The
+of their own, each background decode call is paid too, its fixed cost in tokens' worth). A
+step's debt and payment are planned with it (`due`) and settled only once it ran (`settle`,
+from `Scheduler.update`): a step that found no KV slot or failed owes and pays nothing. The
 debt is paid through:
 
 * the reserve: tokens of a step kept for background prefill or embedding, once the debt is a
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from homeai.sched.plan import StepPlan
+from homeai.sched.plan import BackgroundDue, StepPlan
 from homeai.sched.pools import KVPools, Pool
 from homeai.sched.request import Kind, Request
 from lanes.base import LanePolicy
@@ -87,19 +89,25 @@ class BackgroundShare:
         debt covers it or its lane (embeddings, indexing) is overdue."""
         return n <= self.credit or lane in overdue
 
-    def settle(self, plan: StepPlan, interactive: set[str], *, backlogged: bool, call_tokens: float) -> None:
-        """Owed `min_share` of the step's tokens; paid the tokens background got and, for each
-        decode call of its own beside interactive work (`interactive`: the ids of interactive
-        requests), the call's fixed cost in tokens' worth. Forgotten once nothing is backlogged."""
-        if not backlogged:
-            self.credit = 0.0
-            return
+    def due(self, plan: StepPlan, interactive: set[str], *, call_tokens: float) -> BackgroundDue:
+        """What a step owes background while it is backlogged: `min_share` of the step's tokens;
+        and what it pays: the tokens background got and, for each decode call of its own beside
+        interactive work (`interactive`: the ids of interactive requests), the call's fixed cost
+        in tokens' worth. Settled only if the step runs (`settle`)."""
         generating, embedding = plan.generating, plan.batches[Pool.EMBED]
         background = [i for i in generating if i.request_id not in interactive]
         got = sum(len(i.tokens) for i in background) + sum(len(i.tokens) for i in embedding)
         if self.pools.separate and len(background) < len(generating):  # beside interactive work
             got += call_tokens * ((len(background) > 0) + (len(embedding) > 0))
-        self.credit = min(max(self.credit + self.min_share * plan.num_tokens - got, 0.0), self.max_credit)
+        return BackgroundDue(self.min_share * plan.num_tokens, got)
+
+    def settle(self, due: BackgroundDue) -> None:
+        """A step ran: its debt to background is added to the credit and its payment taken off."""
+        self.credit = min(max(self.credit + due.owed - due.got, 0.0), self.max_credit)
+
+    def forget(self) -> None:
+        """Nothing background is backlogged: it is owed nothing."""
+        self.credit = 0.0
 
     # ---- the floors ------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 `Step` is built once at the top of `Scheduler.schedule()` and passed down; no rule keeps
 per-step state of its own. What admission learns while the step is planned (a smaller
-request already refused, the running set as costed) is the one mutable part, `Admissions`.
+request already refused, the running set as costed) and the fair-share cost of the chunks
+placed so far (`planned`) are its mutable parts.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ class Step:
     held: bool = False  # an interactive output read whole decodes this step: a short aim
     first_token_waits: bool = False  # background may wait for an interactive first token this step
     min_chunk: int = 1  # the smallest prefill chunk worth placing
+    # Per (lane, member), the fair-share cost of the chunks placed so far: fair share's pick counts
+    # it within the step; the counters are charged only once the step ran (`Scheduler.update`).
+    planned: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def eligible(self, request) -> bool:
         """Waiting long enough to be admitted this step (a preempted request always is)."""
