@@ -4,8 +4,8 @@ The lifespan migrates the store, makes sure the default member exists, and loads
 in the background (`/healthz` says "loading" meanwhile), and runs the Wyoming listener when
 `wyoming.enabled` (`homeai.wyoming`); tests hand in an already loaded runner. Everything the
 app runs lives in `app.state.runtime` (and the tokens its sockets and requests hold, watched for
-revocation, in `app.state.revocations`), so several apps can share a process (one at a time
-over one runner).
+revocation, in `app.state.revocations`; the service every protocol asks, in `app.state.service`),
+so several apps can share a process (one at a time over one runner).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from homeai.api.runtime import Runtime
 from homeai.api.shutdown import AdmissionMiddleware
 from homeai.config import Config
 from homeai.jobs.service import JobService
+from homeai.service import Service
 from homeai.wyoming.server import WyomingServer
 
 
@@ -44,6 +45,7 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
             runtime.start()
             app.state.wyoming = await WyomingServer(runtime).start() if cfg.wyoming.enabled else None
             app.state.jobs = JobService(runtime.cfg, lambda: runtime.engine, runtime.sessions).start()
+            app.state.service.jobs = app.state.jobs  # documents for `documents: true`
             yield
         finally:
             watch.cancel()
@@ -56,6 +58,7 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
     app = FastAPI(title="homeai", version=__version__, lifespan=lifespan, docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None)
     app.state.runtime = Runtime(cfg, runner, stt)
+    app.state.service = Service(app.state.runtime)  # what every protocol asks of the model
     app.state.revocations = Revocations()  # tokens held by open sockets and requests, ended once revoked
     errors.install(app)
     for module in (health, openai_routes, ollama_manage, ollama_routes, lanes, metrics, transcriptions, voice,

@@ -1,4 +1,5 @@
-"""Typed dependencies the routes take: the app's runtime, its engine once loaded, the lane header."""
+"""Typed dependencies the routes take: the app's service (`ServiceDep`), its runtime, its engine once
+loaded (for routes not yet on the service), the lane header."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from homeai.api.errors import ApiError
 from homeai.api.runtime import Runtime
 from homeai.engine.engine import Engine
+from homeai.service import Service
 
 
 def get_runtime(request: Request) -> Runtime:
@@ -18,13 +19,16 @@ def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-def get_engine(runtime: RuntimeDep) -> Engine:
-    if runtime.engine is None:
-        if runtime.error:
-            raise ApiError(503, runtime.error, code="model_unavailable")
-        raise ApiError(503, "the model is still loading; retry shortly", code="model_loading",
-                       headers={"Retry-After": "5"})
-    return runtime.engine
+def get_service(request: Request) -> Service:
+    return request.app.state.service
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+
+def get_engine(request: Request) -> Engine:
+    """The engine once the model is loaded; else a 503 saying why (the service's words)."""
+    return get_service(request).engine()
 
 
 EngineDep = Annotated[Engine, Depends(get_engine)]

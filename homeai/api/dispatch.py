@@ -20,20 +20,22 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from homeai.api.errors import ApiError
-from homeai.api.streaming import SSE_HEADERS, disconnected
+from homeai.api.streaming import disconnected
 from homeai.remote import GateClosed, RemoteFailure
 from homeai.remote.relay import Relay, RemoteLane, RemoteLanes
 from homeai.sched.scheduler import QueueFull
+from homeai.wire import SSE_HEADERS
 
 __all__ = ["Local", "RemoteLanes", "serve"]
 
 Local = Callable[[bool], Awaitable[Response]]  # local(fallback): the local answer
 
 
-async def serve(runtime, request: Request, path: str, *, lane: str, member: str, stream: bool,
+async def serve(remotes: RemoteLanes, request: Request, path: str, *, lane: str, member: str, stream: bool,
                 local: Local) -> Response:
-    """The answer to a validated request on `lane`: from its remote if it has one, else local."""
-    remote = runtime.remotes.get(lane)
+    """The answer to a validated request on `lane`: from its remote if it has one (`remotes`, the
+    service's), else local."""
+    remote = remotes.get(lane)
     if remote is None:
         return await local(False)
     return await _forward(remote, request, path, member=member, stream=stream, local=local)

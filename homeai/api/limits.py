@@ -4,8 +4,8 @@
   Content-Length is checked before anything is read; a chunked body is counted as it arrives, and
   the count going over raises `RaisedInBody(ApiError)` from inside body parsing (FastAPI lets
   HTTPExceptions through there untouched, so the app's handler shapes it).
-* Messages and answer length: `check_generation` (400 over `server.max_messages` or
-  `server.max_output_tokens`; answers also end at the context's edge, and prompts longer than the
+* Messages and answer length: the service's `check_limits`, as `check_generation` here (400 over
+  `server.max_messages` or `server.max_output_tokens`; answers also end at the context's edge, and prompts longer than the
   context are refused by the engine).
 * Open sockets per member: `PerMember`, a counter the voice socket holds one unit of
   (`server.max_websockets_per_member`); until it has a token it holds one of its client
@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from homeai.api.errors import ApiError, RaisedInBody, error_response
 from homeai.config import ServerConfig
+from homeai.service.sampling import check_limits
 
 
 class BodyLimit:
@@ -67,14 +68,9 @@ def _content_length(scope: Scope) -> int | None:
 
 def check_generation(server: ServerConfig, *, max_tokens: int | None, num_messages: int = 0,
                      max_tokens_param: str = "max_tokens") -> None:
-    """Refuse (400) a generation request over the server's message count or answer length."""
-    if num_messages > server.max_messages:
-        raise ApiError(400, f"{num_messages} messages, more than the {server.max_messages} this server takes "
-                       "(server.max_messages)", code="too_many_messages", param="messages")
-    if max_tokens is not None and max_tokens > server.max_output_tokens:
-        raise ApiError(400, f"{max_tokens_param} is {max_tokens}, more than the {server.max_output_tokens} this "
-                       "server allows (server.max_output_tokens)", code="max_tokens_too_large",
-                       param=max_tokens_param)
+    """Refuse (400) a generation request over the server's message count or answer length (the
+    service's check, `homeai.service.sampling.check_limits`)."""
+    check_limits(server, max_tokens=max_tokens, num_messages=num_messages, max_tokens_param=max_tokens_param)
 
 
 class TooMany(Exception):

@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from homeai.api.errors import ApiError
-from homeai.api.schemas import FALLBACK_MAX_TOKENS, MAX_INT64, MAX_STOPS, MAX_TOP_K, MIN_INT64, Body, RequestBody
-from homeai.sched.request import SamplingParams
-from lanes.base import LanePolicy
+from homeai.api.schemas import MAX_INT64, MAX_TOP_K, MIN_INT64, Body, RequestBody
+from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk
+from homeai.service.sampling import MAX_STOPS
 
 Format = Literal["json", ""] | dict[str, Any]
 JSON_SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
@@ -55,19 +55,14 @@ class Generating(RequestBody):
                 raise ValueError(f"not a JSON schema type: {kind!r}")
         return value or None  # "" means no format, as Ollama takes it
 
-    def sampling(self, policy: LanePolicy, max_output_tokens: int) -> SamplingParams:
-        """The sampler's parameters: Ollama's options over homeai's defaults and the lane's cap."""
+    def sampling(self) -> SamplingAsk:
+        """What the options ask of the sampler; the service fills the defaults and the lane's cap
+        (`num_predict` -1, no limit, and -2, fill the context, both mean the lane's cap)."""
         o = self.options or Options()
-        d = SamplingParams()
-        lane_cap = policy.max_tokens or FALLBACK_MAX_TOKENS
-        if o.num_predict is not None and o.num_predict > max_output_tokens:
-            raise ApiError(400, f"num_predict is {o.num_predict}, more than the {max_output_tokens} this server "
-                           "allows (server.max_output_tokens)")
         wanted = o.num_predict if o.num_predict and o.num_predict > 0 else None
-        return SamplingParams(
-            temperature=_or(o.temperature, d.temperature), top_p=_or(o.top_p, d.top_p), top_k=_or(o.top_k, d.top_k),
-            min_p=_or(o.min_p, d.min_p), repeat_penalty=_or(o.repeat_penalty, d.repeat_penalty), seed=o.seed,
-            max_tokens=wanted or lane_cap, stop=tuple(s for s in o.stop or () if s))
+        return SamplingAsk(max_tokens=wanted, temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, min_p=o.min_p,
+                           repeat_penalty=o.repeat_penalty, seed=o.seed, stop=tuple(o.stop or ()),
+                           max_tokens_param="num_predict")
 
 
 class ToolFunctionCall(Body):
@@ -114,6 +109,11 @@ class ChatRequest(Generating):
     tools: list[Tool] | None = None
     tool_choice: str | dict[str, Any] | None = None  # homeai's own (Ollama has none): as on /v1, default "auto"
 
+    def ask(self, lane: str, model: str) -> ChatAsk:
+        return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model,
+                       tools=[t.model_dump(exclude_none=True) for t in self.tools or ()], tool_choice=self.tool_choice,
+                       structured=self.format, structured_kind="ollama", sampling=self.sampling())
+
     @field_validator("messages")
     @classmethod
     def _text_only(cls, messages):
@@ -129,6 +129,11 @@ class GenerateRequest(Generating):
     raw: bool = False  # the prompt as it is, no chat template
     suffix: str | None = None
     images: list[str] | None = None
+
+    def ask(self, lane: str, model: str) -> CompletionAsk:
+        """The prompt as it is (`raw`), else as a user turn after `system` in the chat template."""
+        return CompletionAsk(self.prompt, lane=lane, model=model, system=self.system, template=not self.raw,
+                             structured=self.format, structured_kind="ollama", sampling=self.sampling())
 
     @field_validator("images")
     @classmethod
@@ -156,6 +161,9 @@ class EmbedRequest(RequestBody):
     def inputs(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
 
+    def ask(self, lane: str, model: str) -> EmbedAsk:
+        return EmbedAsk(self.inputs(), lane=lane, model=model)
+
 
 class ModelRequest(RequestBody):
     """`/api/show` and `/api/pull`: the model by `model`, or by `name` as older clients send it."""
@@ -171,7 +179,3 @@ class ModelRequest(RequestBody):
         if not model:
             raise ApiError(400, "model is required")
         return model
-
-
-def _or(value, default):
-    return default if value is None else value

@@ -17,20 +17,17 @@ by `homeai.tools`, which names the field at fault (`tools.0.function.parameters`
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from homeai.api.errors import ApiError
-from homeai.sched.request import SamplingParams
-from lanes.base import LanePolicy
+from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk
+from homeai.service.sampling import MAX_STOPS
+from homeai.service.text import find_invalid_text  # noqa: F401 (re-exported: the voice socket checks its frames)
 
-MAX_STOPS = 16
-FALLBACK_MAX_TOKENS = 256  # a lane with no max_tokens of its own
 MAX_TOP_K = 2**31 - 1  # llama.cpp's sampler takes an int32 (any k past the vocabulary keeps every token)
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # OpenAI's range for seed
-SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Body(BaseModel):
@@ -48,31 +45,6 @@ class RequestBody(Body):
             raise ApiError(400, f"{path or 'the body'}: not valid Unicode text (a lone surrogate, \\ud800-\\udfff)",
                            code="invalid_text", param=path or None)
         return data
-
-
-def find_invalid_text(value: Any) -> str | None:
-    """Where in a parsed JSON value the first string or key that is not valid Unicode is, as a
-    dotted path ("messages.0.content"; "" for the value itself); None when all text is valid.
-    Iterative: a body nested hundreds deep must not exhaust the stack."""
-    stack: list[tuple[Any, tuple]] = [(value, ())]
-    while stack:
-        item, path = stack.pop()
-        if isinstance(item, str):
-            if SURROGATE.search(item):
-                return _dotted(path)
-        elif isinstance(item, dict):
-            for key in item:
-                if SURROGATE.search(key):
-                    return _dotted((*path, key))
-            stack.extend((child, (*path, key)) for key, child in reversed(item.items()))
-        elif isinstance(item, list):
-            stack.extend((child, (*path, i)) for i, child in reversed(list(enumerate(item))))
-    return None
-
-
-def _dotted(path: tuple) -> str:
-    # A key may itself hold the surrogate: escaped, the path can go into a JSON answer.
-    return ".".join(str(part).encode("utf-8", "backslashreplace").decode("utf-8") for part in path)
 
 
 class TextPart(Body):
@@ -145,19 +117,12 @@ class Sampling(RequestBody):
     def include_usage(self) -> bool:
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
-    def params(self, policy: LanePolicy, *, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
-        if self.n != 1:
-            raise ApiError(400, f"only n=1 is supported, got n={self.n}", code="invalid_value", param="n")
-        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        if len(stops) > MAX_STOPS:
-            raise ApiError(400, f"at most {MAX_STOPS} stop strings", code="invalid_value", param="stop")
-        d = SamplingParams()
-        return SamplingParams(
-            temperature=_or(self.temperature, d.temperature), top_p=_or(self.top_p, d.top_p),
-            top_k=_or(self.top_k, d.top_k), min_p=_or(self.min_p, d.min_p),
-            repeat_penalty=_or(self.repeat_penalty, d.repeat_penalty), seed=self.seed,
-            max_tokens=max_tokens or policy.max_tokens or FALLBACK_MAX_TOKENS,
-            stop=tuple(s for s in stops if s), logprobs=logprobs)
+    def sampling_ask(self, *, max_tokens: int | None, logprobs: int | None,
+                     max_tokens_param: str = "max_tokens") -> SamplingAsk:
+        """What this body asks of the sampler; the service fills the defaults (and refuses n > 1)."""
+        return SamplingAsk(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                           min_p=self.min_p, repeat_penalty=self.repeat_penalty, seed=self.seed, stop=self.stop,
+                           logprobs=logprobs, n=self.n, max_tokens_param=max_tokens_param)
 
 
 class ChatCompletionRequest(Sampling):
@@ -172,11 +137,20 @@ class ChatCompletionRequest(Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
-    def sampling(self, policy: LanePolicy) -> SamplingParams:
+    @property
+    def max_tokens_param(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
+
+    def ask(self, lane: str, model: str | None) -> ChatAsk:
+        """The service's question: `model` None for the served one."""
         if self.top_logprobs is not None and not self.logprobs:
             raise ApiError(400, "top_logprobs needs logprobs: true", code="invalid_value", param="top_logprobs")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
-        return self.params(policy, max_tokens=self.max_completion_tokens or self.max_tokens, logprobs=logprobs)
+        sampling = self.sampling_ask(max_tokens=self.max_completion_tokens or self.max_tokens, logprobs=logprobs,
+                                     max_tokens_param=self.max_tokens_param)
+        return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model, tools=self.tools,
+                       tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
+                       structured=self.response_format, sampling=sampling, documents=self.documents)
 
 
 class CompletionRequest(Sampling):
@@ -185,10 +159,11 @@ class CompletionRequest(Sampling):
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
 
-    def sampling(self, policy: LanePolicy) -> SamplingParams:
+    def ask(self, lane: str, model: str | None) -> CompletionAsk:
         if self.echo:
             raise ApiError(400, "echo is not supported", code="invalid_value", param="echo")
-        return self.params(policy, max_tokens=self.max_tokens, logprobs=self.logprobs)
+        return CompletionAsk(self.one_prompt(), lane=lane, model=model, structured=self.response_format,
+                             sampling=self.sampling_ask(max_tokens=self.max_tokens, logprobs=self.logprobs))
 
     def one_prompt(self) -> str | list[int]:
         if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str):
@@ -214,6 +189,5 @@ class EmbeddingRequest(RequestBody):
             raise ApiError(400, "input must not be empty", code="invalid_value", param="input")
         return list(self.input)
 
-
-def _or(value, default):
-    return default if value is None else value
+    def ask(self, lane: str, model: str | None) -> EmbedAsk:
+        return EmbedAsk(self.inputs(), lane=lane, model=model)

@@ -1,4 +1,4 @@
-"""A request stream to an HTTP answer: server-sent events, or one collected object.
+"""An answer stream (`homeai.service.answer`) as an HTTP answer: server-sent events, or one object.
 
 A stream always ends with `[DONE]`: one cut short (the server stopping, a failed step) first
 gets a final chunk with `finish_reason` "abort" or "error" and an error event saying why.
@@ -12,83 +12,78 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from homeai.api.errors import ApiError
-from homeai.engine.engine import RequestStream, TokenEvent
-from homeai.wire import DONE, SSE_HEADERS, error_body, sse
+from homeai.service.answer import Answer, Done, Failed, Whole
+from homeai.wire import DONE, SSE_HEADERS, error_body, sse  # noqa: F401 (DONE, SSE_HEADERS, error_body: re-exported)
+
+T = TypeVar("T")
 
 
-def sse_response(stream: RequestStream, shape, *, include_usage: bool) -> StreamingResponse:
-    return StreamingResponse(_events(stream, shape, include_usage), media_type="text/event-stream",
+def sse_response(answer: Answer, shape, *, include_usage: bool) -> StreamingResponse:
+    return StreamingResponse(_events(answer, shape, include_usage), media_type="text/event-stream",
                              headers=SSE_HEADERS)
 
 
-async def _events(stream: RequestStream, shape, include_usage: bool) -> AsyncIterator[str]:
+async def _events(answer: Answer, shape, include_usage: bool) -> AsyncIterator[str]:
     try:
         first = shape.first_chunk()
         if first is not None:
             yield sse(first)
-        async for event in stream:
-            if isinstance(event, TokenEvent) and (event.text or shape.logprobs):
-                for chunk in shape.text_chunks(event.text, [event]):
-                    yield sse(chunk)
-        finish = stream.finished
-        for chunk in shape.end_chunks(finish):  # the last with finish_reason "abort" or "error" when cut short
-            yield sse(chunk)
-        if finish.reason in ("error", "abort"):
-            yield sse(_failure(finish))
-        elif include_usage:
-            yield sse(shape.usage_chunk(finish))
+        async for event in answer:
+            for chunk in shape.chunks(event):
+                yield sse(chunk)
+            if isinstance(event, Failed):
+                yield sse(event.error.body())
+            elif isinstance(event, Done) and include_usage:
+                yield sse(shape.usage_chunk(event.usage))
         yield DONE
     finally:
-        if stream.finished is None:
-            stream.abort()
+        answer.abort()
 
 
-def _failure(finish) -> dict:
-    if finish.reason == "abort":
-        return error_body("the server is shutting down; the answer was cut short", "server_error", "shutting_down")
-    return error_body(f"generation failed: {finish.error}", "server_error", "generation_failed")
+async def collect(request: Request, answer: Answer) -> Whole:
+    """The whole answer; aborts if the client leaves first. Raises the ServiceError of one cut short."""
+    async with abort_on_disconnect(request, [answer]):
+        return await answer.whole()
 
 
-async def collect(request: Request, stream: RequestStream) -> tuple[str, list[TokenEvent]]:
-    """The whole text and token events of a stream; aborts if the client leaves first."""
-    parts, events = [], []
-    async with abort_on_disconnect(request, [stream]):
-        async for event in stream:
-            parts.append(event.text)
-            if isinstance(event, TokenEvent):
-                events.append(event)
-    finish = stream.finished
-    if finish.reason == "error":
-        raise ApiError(500, f"generation failed: {finish.error}", code="generation_failed")
-    if finish.reason == "abort":
-        raise ApiError(503, "the server is shutting down; the answer was cut short", code="shutting_down",
-                       headers={"Retry-After": "5"})
-    return "".join(parts), events
+async def until_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """`work`'s result; None, with `work` cancelled, if the client leaves first."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    return None if task.cancelled() else task.result()
 
 
 @contextlib.asynccontextmanager
-async def abort_on_disconnect(request: Request, streams: list[RequestStream]):
-    """Abort `streams` if the client disconnects meanwhile, and any left unfinished at the end."""
-    watcher = asyncio.create_task(_watch(request, streams))
+async def abort_on_disconnect(request: Request, answers: list):
+    """Abort `answers` (anything with `abort()`) if the client disconnects meanwhile, and any left
+    unfinished at the end."""
+    watcher = asyncio.create_task(_watch(request, answers))
     try:
         yield
     finally:
         watcher.cancel()
-        for stream in streams:
-            if stream.finished is None:
-                stream.abort()
+        for answer in answers:
+            if not answer.finished:
+                answer.abort()
 
 
-async def _watch(request: Request, streams: list[RequestStream]) -> None:
+async def _watch(request: Request, answers: list) -> None:
     await disconnected(request)
-    for stream in streams:
-        stream.abort()
+    for answer in answers:
+        answer.abort()
 
 
 async def disconnected(request: Request) -> None:

@@ -1,0 +1,218 @@
+"""The service: what every protocol asks of the served model, answered the same way.
+
+    service = Service(runtime)                              # one per app
+    lane, policy = service.lane(caller, requested, "chat")  # the member's rights
+    answer = await service.chat(ChatAsk(messages, lane=lane), caller)
+    async for event in answer: ...                         # homeai.service.answer
+
+`chat`, `complete` and `embed` each resolve the model, check the member's lane and the server's
+limits, build the tool plan, grammar and prompt off the event loop, and submit (refusals as
+ServiceError: 400, 403, 404, 429 with Retry-After, 503). The facts a protocol reports (model
+cards, context length, embedding size, token text for logprobs) are read here too, so no route
+touches the runner or the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from homeai.engine.engine import Engine, RequestStream
+from homeai.sched.request import Kind
+from homeai.service import prompts, sampling
+from homeai.service.answer import Answer
+from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
+from homeai.service.errors import ServiceError, embedding_failed, model_loading, model_unavailable
+from homeai.service.rights import Caller, lane_for
+from homeai.service.submit import off_loop, submit
+from lanes import chat as chat_lane
+from lanes.base import LanePolicy
+
+
+class Service:
+    def __init__(self, runtime):
+        self.runtime = runtime
+        self.jobs = None  # the job service, for `documents` (set by the app once it runs)
+
+    # ---- what the protocols report ----------------------------------------------------------
+
+    @property
+    def cfg(self):
+        return self.runtime.cfg
+
+    @property
+    def remotes(self):
+        """The lanes answered by remote servers (`[remote.<lane>]`)."""
+        return self.runtime.remotes
+
+    def engine(self) -> Engine:
+        """The engine once the model is loaded; else a 503 saying why."""
+        runtime = self.runtime
+        if runtime.engine is None:
+            raise model_unavailable(runtime.error) if runtime.error else model_loading()
+        return runtime.engine
+
+    def ready(self) -> None:
+        self.engine()
+
+    def cards(self) -> list:
+        self.ready()
+        return self.runtime.cards()
+
+    def model(self, requested: str | None, purpose: str) -> str:
+        """The served model's id for `purpose` ("generate" or "embed") if `requested` names it; else a 404."""
+        self.ready()
+        model = self.runtime.resolve_model(requested, purpose)
+        if model is None:
+            served = self.runtime.model_id(purpose)
+            raise ServiceError(404, f"the model {requested!r} does not exist; this server serves {served!r}",
+                               code="model_not_found", param="model")
+        return model
+
+    def find_model(self, name: str) -> tuple[object, set[str]] | None:
+        """The served card `name` names (its id, its file's name, or an alias) and what it does."""
+        self.ready()
+        found, purposes = None, set()
+        for purpose in ("generate", "embed"):
+            if self.runtime.resolve_model(name, purpose) is not None:
+                found = found or self.runtime.models[purpose]
+                if self.runtime.models[purpose] == found:
+                    purposes.add(purpose)
+        return (found, purposes) if found is not None else None
+
+    def context_length(self) -> int:
+        engine = self.engine()
+        return engine.max_seq_len_for("chat") if "chat" in engine.policies else engine.max_seq_len
+
+    def on_gpu(self) -> bool:
+        return self.engine().runner.info.gpu_offload
+
+    def embed_dimensions(self) -> int:
+        return self.engine().runner.info.embed_n_embd
+
+    def piece(self, token: int) -> bytes:
+        """The bytes token `token` stands for (logprobs)."""
+        return self.engine().runner.piece(token)
+
+    # ---- rights and limits ------------------------------------------------------------------
+
+    def lane(self, caller: Caller, requested: str | None, default: str) -> tuple[str, LanePolicy]:
+        """The lane asked for (else `default`) and its policy: 400 unknown, 403 not the member's."""
+        return lane_for(self.runtime, caller, requested, default)
+
+    def check_limits(self, *, max_tokens: int | None, num_messages: int = 0,
+                     max_tokens_param: str = "max_tokens") -> None:
+        """400 over the server's message count or answer length (a route checks before it forwards
+        a request to a remote lane; `chat` and `complete` check again)."""
+        sampling.check_limits(self.cfg.server, max_tokens=max_tokens, num_messages=num_messages,
+                              max_tokens_param=max_tokens_param)
+
+    def _check(self, ask: ChatAsk | CompletionAsk) -> None:
+        num_messages = len(ask.messages) if isinstance(ask, ChatAsk) else 0
+        self.check_limits(max_tokens=ask.sampling.max_tokens, num_messages=num_messages,
+                          max_tokens_param=ask.sampling.max_tokens_param)
+
+    async def check_tools(self, tools: list | None, tool_choice=None) -> None:
+        """Refuse tools that would be refused at the first question (a 400 `invalid_tools`, the
+        message naming the field), so a session can refuse them when it starts."""
+        runner = self.engine().runner
+        try:
+            plan = await asyncio.to_thread(prompts.tool_plan, runner, tools, tool_choice)
+            if plan is not None:
+                await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, None, "openai")
+        except ServiceError as e:
+            raise ServiceError(400, e.message, code="invalid_tools", param=e.param) from None
+
+    # ---- answers ----------------------------------------------------------------------------
+
+    async def chat(self, ask: ChatAsk, caller: Caller) -> Answer:
+        """Answer a conversation; tools, structured output and documents as asked."""
+        lane, policy = self.lane(caller, ask.lane, ask.lane)
+        self._check(ask)
+        engine = self.engine()
+        model = self.model(ask.model, "generate")
+        runner = engine.runner
+        plan = await asyncio.to_thread(prompts.tool_plan, runner, ask.tools, ask.tool_choice,
+                                       ask.parallel_tool_calls)  # validating large schemas takes a while
+        if plan is not None and ask.structured not in (None, {"type": "text"}):
+            param = "format" if ask.structured_kind == "ollama" else "response_format"
+            raise ServiceError(400, f"{param} cannot be combined with tools", code="invalid_value", param=param)
+        grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, ask.structured,
+                                          ask.structured_kind)
+        params = sampling.params(ask.sampling, policy, grammar)
+        docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
+        limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
+        stream = await submit(engine, lambda: prompts.chat_tokens(runner, ask.messages, plan, docs=docs, limit=limit),
+                              lane=lane, member=caller.name, params=params, prompt_param=ask.prompt_param)
+        return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
+                      citations=citations)
+
+    async def complete(self, ask: CompletionAsk, caller: Caller) -> Answer:
+        """Continue a prompt: as it is, or as a user turn in the chat template (`template`)."""
+        lane, policy = self.lane(caller, ask.lane, ask.lane)
+        self._check(ask)
+        engine = self.engine()
+        model = self.model(ask.model, "generate")
+        runner = engine.runner
+        grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, None, ask.structured,
+                                          ask.structured_kind)
+        params = sampling.params(ask.sampling, policy, grammar)
+
+        def prompt():
+            if not ask.template:
+                return ask.prompt
+            system = [{"role": "system", "content": ask.system}] if ask.system else []
+            return runner.apply_chat_template([*system, {"role": "user", "content": ask.prompt}])
+
+        stream = await submit(engine, prompt, lane=lane, member=caller.name, params=params,
+                              prompt_param=ask.prompt_param)
+        return Answer(stream, model=model, lane=lane, with_tokens=params.logprobs is not None)
+
+    async def embed(self, ask: EmbedAsk, caller: Caller) -> Embeddings:
+        """One vector per input, all or none; cancelled, every queued input is aborted."""
+        lane, _policy = self.lane(caller, ask.lane, ask.lane)
+        engine = self.engine()
+        model = self.model(ask.model, "embed")
+        loop = asyncio.get_running_loop()
+        streams = await off_loop(lambda: _submit_embeds(engine, ask.inputs, lane, caller.name, loop), engine=engine,
+                                 lane=lane, prompt_param=ask.prompt_param)
+        try:
+            for stream in streams:
+                async for _ in stream:
+                    pass
+        finally:
+            for stream in streams:
+                if stream.finished is None:
+                    stream.abort()
+        vectors, num_tokens = [], 0
+        for stream in streams:
+            finish = stream.finished
+            if finish.reason != "stop":
+                raise embedding_failed(finish.error or finish.reason)
+            vectors.append(finish.embedding)
+            num_tokens += finish.stats.prompt_tokens
+        return Embeddings(vectors, num_tokens, model)
+
+    async def _documents(self, messages: list[dict]) -> tuple[str, list[dict]]:
+        """The household's chunks best matching the question, as the chat lane's document context
+        (a system message's text, "" when none match), and the citations to return."""
+        if self.jobs is None:
+            raise ServiceError(400, "this server indexes no documents", code="documents_unavailable",
+                               param="documents")
+        system_text, citations = await self.jobs.build_document_context(chat_lane.question(messages),
+                                                                        chat_lane.MAX_DOCUMENTS)
+        if not system_text:
+            return "", []
+        return system_text, [{k: c[k] for k in ("n", "path", "score", "snippet")} for c in citations]
+
+
+def _submit_embeds(engine: Engine, inputs: list, lane: str, member: str, loop) -> list[RequestStream]:
+    """One embed request per input; all or none: a refusal aborts those already queued."""
+    streams: list[RequestStream] = []
+    try:
+        for text in inputs:
+            streams.append(engine.submit(text, lane=lane, member=member, kind=Kind.EMBED, loop=loop))
+    except BaseException:
+        for stream in streams:
+            stream.abort()
+        raise
+    return streams

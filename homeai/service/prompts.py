@@ -1,0 +1,71 @@
+"""From a request to the prompt and grammar the engine takes: the tool plan, the chat template,
+structured output, and a conversation fitted to the context.
+
+Everything here may block (a large schema's grammar takes a while to build and check, bounded by
+`[grammar] build_timeout_s`; a long conversation takes a while to template and tokenise): the
+service calls it in a worker thread. Bad input is a ServiceError naming the field.
+"""
+
+from __future__ import annotations
+
+from homeai import tools
+from homeai.config import GrammarConfig
+from homeai.engine.engine import PromptTooLong
+from homeai.sched.request import Grammar
+from homeai.service.errors import ServiceError
+from lanes import chat as chat_lane
+
+
+def tool_error(error: tools.ToolError) -> ServiceError:
+    return ServiceError(400, str(error), code="invalid_value", param=error.param)
+
+
+def _template_source(runner) -> str | None:
+    return runner.chat.template.source if runner.chat.template is not None else None
+
+
+def tool_plan(runner, tool_list, tool_choice, parallel_tool_calls: bool = True) -> tools.ToolPlan | None:
+    """The request's tool plan, in the call format of the model's template; bad input is a 400."""
+    try:
+        return tools.plan(tool_list, tool_choice, parallel_tool_calls, template_source=_template_source(runner))
+    except tools.ToolError as e:
+        raise tool_error(e) from None
+
+
+def chat_template(runner, plan: tools.ToolPlan | None):
+    """Messages -> prompt text. A template that renders tools gets the plan's tools and the history as
+    it is; one that knows none gets the tools in the system prompt, and earlier calls and results
+    as text (with or without tools in this request)."""
+    if plan is None and tools.for_template(_template_source(runner)).tools_in_template:
+        return runner.apply_chat_template
+    if plan is None:
+        return lambda messages: runner.apply_chat_template(tools.generic_messages(messages, None))
+    return lambda messages: runner.apply_chat_template(plan.messages(messages), plan.template_tools())
+
+
+def grammar(runner, limits: GrammarConfig, plan: tools.ToolPlan | None, structured, kind: str) -> Grammar | None:
+    """The tools' grammar, else the structured output's (`kind` "openai": a `response_format`;
+    "ollama": a `format`), bounded and checked; None for free text."""
+    if plan is not None:
+        make = plan.grammar
+    elif kind == "ollama":
+        def make(bounds):
+            return tools.ollama_format_grammar(structured, bounds)
+    else:
+        def make(bounds):
+            return tools.response_format_grammar(structured, bounds)
+    try:
+        return tools.checked_grammar(make, runner, limits)
+    except tools.ToolError as e:
+        raise tool_error(e) from None
+
+
+def chat_tokens(runner, messages: list[dict], plan: tools.ToolPlan | None, *, docs: str = "",
+                limit: int | None = None) -> list[int]:
+    """The prompt's tokens: `docs` (a system message's text) before the messages. With a `limit`
+    the latest turns that fit are kept; without, every message (too long is the engine's 400)."""
+    try:
+        return chat_lane.build_prompt(messages, docs, limit, template=chat_template(runner, plan),
+                                      tokenize=runner.tokenize)
+    except chat_lane.TooLong as e:  # the engine's refusal, so every protocol reports it alike
+        raise PromptTooLong(e.num_tokens, e.limit) from None

@@ -1,0 +1,43 @@
+"""A member's rights: who is asking (`Caller`) and the lanes they may use.
+
+Every protocol asks here before a lane is used: an unknown lane is a 400 `unknown_lane`, a lane
+the member may not use a 403 `lane_not_allowed` naming the lanes they may
+(`homeai.store.members.check_lane`). The default member is an admin: every lane.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from homeai.service.errors import ServiceError
+from homeai.store.members import LaneNotAllowed, check_lane
+from lanes.base import LanePolicy
+
+
+@dataclass(frozen=True)
+class Caller:
+    name: str
+    is_admin: bool
+    member_id: int  # the member's row: routes scope their queries by it
+    lanes: tuple[str, ...]  # the lanes they may use
+    default_lane: str | None = None  # where their requests go when they name no lane (None: the route's own)
+
+
+def lane_for(runtime, caller: Caller, name: str | None, default: str) -> tuple[str, LanePolicy]:
+    """The lane a request asked for (`name`, else `default`) and its policy: a 400 when there is no
+    such lane, a 403 when `caller` may not use it."""
+    lane = name or default
+    policy = runtime.cfg.lanes.get(lane)
+    if policy is None:
+        raise ServiceError(400, f"unknown lane {lane!r} (known: {', '.join(runtime.cfg.lanes)})",
+                           code="unknown_lane", param="lane")
+    allow_lane(caller, lane)
+    return lane, policy
+
+
+def allow_lane(caller: Caller, lane: str) -> None:
+    """A 403 naming the lanes `caller` may use, unless `lane` is one."""
+    try:
+        check_lane(caller.name, caller.lanes, lane)
+    except LaneNotAllowed as e:
+        raise ServiceError(403, str(e), code="lane_not_allowed", param="lane") from None
