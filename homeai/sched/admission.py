@@ -12,8 +12,7 @@ readers waits while another member's interactive request waits (`members.py`).
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import replace
-from typing import Callable
+from typing import Callable, Mapping
 
 from homeai.sched.members import MemberShare
 from homeai.sched.pacing import Pacing
@@ -21,7 +20,7 @@ from homeai.sched.policy import Policy
 from homeai.sched.pools import KVPools, Pool
 from homeai.sched.request import Kind, Request
 from homeai.sched.share import BackgroundShare
-from homeai.sched.step import Admissions, Step
+from homeai.sched.step import Admissions, Moment, Step
 from lanes.base import LanePolicy
 
 
@@ -48,7 +47,7 @@ class Admission:
             return False
         if self.pools.shares_a_prefix_being_read(request):
             return False  # it waits for the cells it will share, a step or so (before any preemption for it)
-        while not self.fits(request.num_tokens, interactive, step):
+        while not self.fits(request.num_tokens, interactive, step.num_decoding):
             if not interactive or self.pools.separate or not self._preempt_background(preempt):
                 memo.failed_need[interactive] = request.num_tokens
                 return False
@@ -66,35 +65,36 @@ class Admission:
         request.admitted_time = request.admitted_time or step.now
         return True
 
-    def rebalance(self, step: Step, preempt: Callable[..., None]) -> None:
-        """At a step's start, before its facts: a member kept out of an interactive lane by another
+    def rebalance(self, moment: Moment, preempt: Callable[..., None]) -> None:
+        """At a step's start, before its shape: a member kept out of an interactive lane by another
         member's many sequences gets a reader slot (`members.py`)."""
-        self.members.rebalance(step.eligible, lambda r: self.would_admit(r, step), lambda r: preempt(r, None))
+        self.members.rebalance(moment.eligible, lambda r: self.would_admit(r, moment), lambda r: preempt(r, None))
 
-    def would_admit(self, request: Request, step: Step) -> bool:
+    def would_admit(self, request: Request, moment: Moment) -> bool:
         """A waiting interactive request keeps the readers' pace and gets its cells (background giving way
         where the lanes share a cache), one cell kept per decoding sequence."""
-        if not self.keeps_pace(request, step):
+        if not self.keeps_pace(request, moment):
             return False
         decoding = Counter(self.pools.of(r) for r in self.pools.running if r.is_decoding)
-        if self.fits(request.num_tokens, True, replace(step, num_decoding=decoding)):
+        if self.fits(request.num_tokens, True, decoding):
             return True
         victim = self.pools.victim(Pool.MAIN)
         return not self.pools.separate and victim is not None and not victim.interactive and self.share.may_preempt()
 
-    def keeps_pace(self, request: Request, step: Step) -> bool:
-        memo: Admissions = step.admissions
+    def keeps_pace(self, request: Request, moment: Moment) -> bool:
+        memo: Admissions = moment.admissions
         if memo.readers is None or memo.readers[0] != self.pools.version:  # the running set changed
             memo.readers = self.pools.version, self.pacing.readers(self.pools.running, self._targets,
                                                                    self.pools.separate)
-        return self.pacing.readers_keep_pace(step.cost, memo.readers[1], request, self._targets[request.lane],
+        return self.pacing.readers_keep_pace(moment.cost, memo.readers[1], request, self._targets[request.lane],
                                              self.pools.separate)
 
-    def fits(self, num_cells: int, interactive: bool, step: Step) -> bool:
-        """A free sequence id and cells for it, leaving a cell per decoding sequence for the next step."""
+    def fits(self, num_cells: int, interactive: bool, num_decoding: Mapping[Pool, int]) -> bool:
+        """A free sequence id and cells for it, leaving a cell per decoding sequence (`num_decoding`,
+        per pool) for the next step."""
         pool = self.pools.of_class(interactive)
         num_free = self.pools.num_free_seqs(pool)
-        if not num_free or not self.pools.fits(pool, num_cells, step.num_decoding.get(pool, 0)):
+        if not num_free or not self.pools.fits(pool, num_cells, num_decoding.get(pool, 0)):
             return False
         if interactive and not self.pools.separate:
             return num_free > self.share.seq_reserve(self.waiting)
@@ -108,7 +108,7 @@ class Admission:
         preempt(victim)
         return True
 
-    def prompt_can_go(self, step: Step) -> bool:
+    def prompt_can_go(self, moment: Moment) -> bool:
         """An interactive prompt is part-read, or an eligible one would be admitted now. One that
         would not (its cache full, or the readers at their pace) is no reason to hold background
         back or to size the step for it."""
@@ -119,11 +119,11 @@ class Admission:
             if not queue or not self.policies[lane].interactive:
                 continue
             head = next((r for r in queue if self.members.may_admit(r)), None)
-            if head is None or not step.eligible(head):
+            if head is None or not moment.eligible(head):
                 continue
             if self.pools.separate and not self.pools.fits(Pool.INTERACTIVE, head.num_tokens, decoding):
                 continue  # without a cache of its own, it may take background cells
-            if self.keeps_pace(head, step):
+            if self.keeps_pace(head, moment):
                 return True
         return False
 
@@ -139,7 +139,7 @@ class Admission:
             head = queue[0]
             # A request that cannot get its cells now (say, preempted for the chat that holds
             # them) could not use a reserve: keeping one would starve the chat, with nothing run.
-            admissible = head.kind is Kind.EMBED or self.fits(head.num_tokens, False, step)
+            admissible = head.kind is Kind.EMBED or self.fits(head.num_tokens, False, step.num_decoding)
             if admissible and step.eligible(head):
                 if head.kind is not Kind.EMBED or self.embedding_may_go(head, room, step):
                     return room

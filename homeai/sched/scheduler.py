@@ -20,8 +20,8 @@ An interactive request is admitted only while the readers keep their pace (`paci
 admission reserves cells (`pools.py`); with one cache for every lane, an interactive request
 that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. A member
 holds at most its share of the interactive readers while another member waits for one (`members.py`).
-Every rule of a step reads one `Step`, fixed when the step begins; a hold on background (a
-voice turn's pause) is an input to `schedule()`. A `Policy` may change the candidates' order,
+Every rule of a step reads one `Step`, built once when the step begins (`step.py`); a hold on
+background (a voice turn's pause) is an input to `schedule()`. A `Policy` may change the candidates' order,
 admission and the budget (the benchmark's baselines do).
 """
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel, StepShape
@@ -41,7 +41,7 @@ from homeai.sched.policy import HOMEAI, Policy
 from homeai.sched.pools import GENERATE, KVPools, Pool, PromptCache
 from homeai.sched.request import Kind, Request, Status
 from homeai.sched.share import BackgroundShare
-from homeai.sched.step import Admissions, Step
+from homeai.sched.step import Admissions, Moment, Step
 from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
 
@@ -183,18 +183,8 @@ class Scheduler:
         if hold_background and not self.has_interactive_work():
             return self._close(plan)
         self.fair.set_backlogged({r.key for r in self.requests.values()})
-        step, decoding = self._begin(now)
-        for r in decoding:
-            plan.batches[self.pools.of(r)].append(item(r, 1))
-        plan.context_cells = sum(r.num_computed_tokens for r in self.running)
-        decodes = plan.cost_shape(step.cells)
-        if step.held:
-            step = replace(step, aim=self.pacing.held_aim(step.aim, step.cost, decodes))
-        else:
-            step = replace(step, aim=self.pacing.first_read_aim(step.aim, step.pace, step.cost, decodes,
-                                                                step.cells[self.pools.of_class(True)],
-                                                                self._first_questions()))
-        plan.budget = self._budget(step, decodes, len(decoding))
+        step, decoding = self._begin(now, plan)
+        plan.budget = self._budget(step, plan.cost_shape(step.cells), len(decoding))
         for request in decoding:
             if request.status is Status.RUNNING:  # an earlier one may have preempted it (and dropped its item)
                 self._grow(request, request.num_computed_tokens + 1, plan)  # may preempt, itself included
@@ -233,23 +223,27 @@ class Scheduler:
         plan.cache_ops, plan.done, self._done = self.pools.take_ops(), self._done, []
         return plan
 
-    def _begin(self, now: float) -> tuple[Step, list[Request]]:
-        """The step's facts, and the sequences decoding in it."""
+    def _begin(self, now: float, plan: StepPlan) -> tuple[Step, list[Request]]:
+        """The step's facts, built once, with its decodes placed in `plan`; and the sequences decoding."""
         cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane in self.policies}
-        self.admission.rebalance(Step(now, self.cost, cutoffs, frozenset(), False, Admissions()), self._preempt)
+        moment = Moment(now, self.cost, cutoffs, Admissions())
+        self.admission.rebalance(moment, self._preempt)
         decoding = sorted((r for r in self.running if r.is_decoding), key=lambda r: not r.interactive)
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
         held = any(r.held for r in decoding if r.interactive)
         overdue = frozenset() if held else self.share.overdue([*self.running, *self.embedding], self.waiting, now)
-        step = Step(now, self.cost, cutoffs, overdue, not self.running, Admissions())
-        prompt = self.admission.prompt_can_go(step)
+        began_idle = not self.running
+        prompt = self.admission.prompt_can_go(moment)
         background = sum(1 for r in decoding if not r.interactive)
         deferred = 0
         # Interactive lanes with a cache of their own take whole steps while one of them reads a
         # prompt or writes a held output: background decodes would cost a second decode call each step.
         if self.pools.separate and (prompt or held) and self.share.decodes_wait(background, self.cost.call_tokens()):
             decoding, deferred = [r for r in decoding if r.interactive], background
+        for r in decoding:
+            plan.batches[self.pools.of(r)].append(item(r, 1))
+        plan.context_cells = sum(r.num_computed_tokens for r in self.running)
         cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
         for r in self.running:
             cells[self.pools.of(r)] += r.num_computed_tokens
@@ -257,10 +251,21 @@ class Scheduler:
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
         lone = not self.pools.running or not any(r.is_decoding for r in self.running)
-        step = replace(step, prompt=prompt, cells=cells, num_decoding=num_decoding, deferred=deferred, pace=pace,
-                       aim=self.pacing.aim(pace, lone), min_chunk=self.pacing.min_chunk_for(pace), lone=lone,
-                       held=held, first_token_waits=prompt and not self.share.waited_for_first)
+        aim = self._aim(pace, lone, held, plan.cost_shape(cells), cells)
+        step = Step(**vars(moment), overdue=overdue, began_idle=began_idle, prompt=prompt, cells=cells,
+                    num_decoding=num_decoding, deferred=deferred, pace=pace, aim=aim, lone=lone, held=held,
+                    first_token_waits=prompt and not self.share.waited_for_first,
+                    min_chunk=self.pacing.min_chunk_for(pace))
         return step, decoding
+
+    def _aim(self, pace: float | None, lone: bool, held: bool, decodes: StepShape, cells: dict[Pool, int]) -> float:
+        """The step's time target: its readers' (or throughput's), shorter while a held output is
+        written, longer while members' first questions are read."""
+        aim = self.pacing.aim(pace, lone)
+        if held:
+            return self.pacing.held_aim(aim, self.cost, decodes)
+        return self.pacing.first_read_aim(aim, pace, self.cost, decodes, cells[self.pools.of_class(True)],
+                                          self._first_questions())
 
     def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> int:
         """Tokens this step may carry; prefill goes first to interactive lanes, so it is costed in

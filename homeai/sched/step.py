@@ -1,9 +1,11 @@
 """One step's facts: what every rule of the step reads, fixed when the step begins.
 
-`Step` is built once at the top of `Scheduler.schedule()` and passed down; no rule keeps
-per-step state of its own. What admission learns while the step is planned (a smaller
-request already refused, the running set as costed) and the fair-share cost of the chunks
-placed so far (`planned`) are its mutable parts.
+`Scheduler.schedule()` first knows the `Moment` (the clock, the cost model, who is eligible):
+the rules that shape the step read only that (a member's reader slot, whether an interactive
+prompt can go). It then builds the one `Step` of the schedule, the moment and the step's
+shape together, and passes it down; no rule keeps per-step state of its own. What admission
+learns while the step is planned (a smaller request already refused, the running set as
+costed) and the fair-share cost of the chunks placed so far (`planned`) are its mutable parts.
 """
 
 from __future__ import annotations
@@ -26,27 +28,33 @@ class Admissions:
 
 
 @dataclass(frozen=True)
-class Step:
+class Moment:
+    """What is known when a step begins, before it is shaped."""
+
     now: float
     cost: StepCostModel  # the step-cost model, as it stands
     cutoffs: dict[str, float]  # per lane, requests that arrived by this time are eligible
-    overdue: frozenset[str]  # background lanes served whatever the cost model says
-    began_idle: bool  # nothing was running
     admissions: Admissions
-    prompt: bool = False  # an interactive prompt is part-read, or an eligible one would be admitted now
-    cells: dict[Pool, int] = field(default_factory=dict)  # per generating pool, cells attended over (cached too)
-    num_decoding: dict[Pool, int] = field(default_factory=dict)  # per generating pool, sequences decoding
-    deferred: int = 0  # background decodes waiting for an interactive prompt
-    pace: float | None = None  # the readers' inter-token pace (ms); None with no reader decoding
-    aim: float = 0.0  # the step's time target (ms)
-    lone: bool = False  # nothing decodes this step: prompts alone, in longer steps
-    held: bool = False  # an interactive output read whole decodes this step: a short aim
-    first_token_waits: bool = False  # background may wait for an interactive first token this step
-    min_chunk: int = 1  # the smallest prefill chunk worth placing
-    # Per (lane, member), the fair-share cost of the chunks placed so far: fair share's pick counts
-    # it within the step; the counters are charged only once the step ran (`Scheduler.update`).
-    planned: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def eligible(self, request) -> bool:
         """Waiting long enough to be admitted this step (a preempted request always is)."""
         return request.arrival_time <= self.cutoffs[request.lane] or bool(request.num_preemptions)
+
+
+@dataclass(frozen=True)
+class Step(Moment):
+    overdue: frozenset[str]  # background lanes served whatever the cost model says
+    began_idle: bool  # nothing was running
+    prompt: bool  # an interactive prompt is part-read, or an eligible one would be admitted now
+    cells: dict[Pool, int]  # per generating pool, cells attended over (cached too)
+    num_decoding: dict[Pool, int]  # per generating pool, sequences decoding
+    deferred: int  # background decodes waiting for an interactive prompt
+    pace: float | None  # the readers' inter-token pace (ms); None with no reader decoding
+    aim: float  # the step's time target (ms)
+    lone: bool  # nothing decodes this step: prompts alone, in longer steps
+    held: bool  # an interactive output read whole decodes this step: a short aim
+    first_token_waits: bool  # background may wait for an interactive first token this step
+    min_chunk: int  # the smallest prefill chunk worth placing
+    # Per (lane, member), the fair-share cost of the chunks placed so far: fair share's pick counts
+    # it within the step; the counters are charged only once the step ran (`Scheduler.update`).
+    planned: dict[tuple[str, str], float] = field(default_factory=dict)
