@@ -396,7 +396,7 @@ def _validate_jobs(cfg: Config, source: str) -> None:
     _check(j.misfire_grace_s >= 1, source, "jobs.misfire_grace_s", "must be at least 1")
     _check(all(p.strip() for p in j.index_paths), source, "jobs.index_paths", "must not hold empty paths")
     if j.schedule:
-        from homeai.jobs.schedule import parse_schedule  # APScheduler, only when a schedule is set
+        from homeai.cron import parse_schedule  # APScheduler, only when a schedule is set
 
         try:
             parse_schedule(j.schedule)

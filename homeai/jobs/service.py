@@ -28,10 +28,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from homeai.config import Config
+from homeai.cron import parse_schedule
 from homeai.engine.engine import EngineStopped
 from homeai.jobs.indexer import Indexer, Report, Stopped
 from homeai.jobs.runs import JobBusy, JobLock, Progress, orphaned, recent_runs, run_dict, start_run
-from homeai.jobs.schedule import parse_schedule
 from homeai.jobs.scope import root_path
 from homeai.jobs.search import Hit, Searcher
 from homeai.jobs.summarise import Summariser

@@ -2,6 +2,9 @@
 
     "every 30m" / "every 6h" / "every 1d"   an interval (s, m, h or d)
     "0 3 * * *"                              a cron line (minute hour day month weekday)
+
+Below both its readers: the config checks a schedule with it when loaded, the jobs service
+(`homeai.jobs.service`) runs jobs by it.
 """
 
 from __future__ import annotations
