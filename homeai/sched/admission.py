@@ -23,11 +23,14 @@ from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Admissions, Moment, Step
 from lanes.base import LanePolicy
 
+Start = Callable[[Request, float], None]  # the scheduler's: a waiting request starts running (its sequence admitted)
+
 
 class Admission:
     def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
-                 pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool, member_share: float):
-        self.policies, self.waiting, self.pools = policies, waiting, pools
+                 pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool, member_share: float,
+                 start: Start):
+        self.policies, self.waiting, self.pools, self.start = policies, waiting, pools, start
         self.members = MemberShare(policies, waiting, pools, member_share)
         self.pacing, self.share, self.policy, self.embed_chunked = pacing, share, policy, embed_chunked
         self._targets = {name: p.itl_target_ms for name, p in policies.items()}
@@ -51,18 +54,14 @@ class Admission:
             if not interactive or self.pools.separate or not self._preempt_background(preempt):
                 memo.failed_need[interactive] = request.num_tokens
                 return False
-        self.waiting[request.lane].remove(request)
-        self.pools.admit(request)
-        request.admitted_time = request.admitted_time or step.now
+        self.start(request, step.now)
         memo.num_admitted += 1
         return True
 
     def admit_embedding(self, request: Request, step: Step) -> bool:
         if not self.pools.fits(Pool.EMBED, request.num_tokens):
             return False
-        self.waiting[request.lane].remove(request)
-        self.pools.admit(request)
-        request.admitted_time = request.admitted_time or step.now
+        self.start(request, step.now)
         return True
 
     def rebalance(self, moment: Moment, preempt: Callable[..., None]) -> None:

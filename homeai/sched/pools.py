@@ -10,7 +10,8 @@ chunked prefill never runs dry halfway), grows a sequence by its next tokens (pr
 recompute the lowest-priority, latest-admitted holder of the same pool when it is full),
 releases, and collects the cache operations (`Drop`, `Copy`) the runner applies, in order,
 before the next step. Every sequence comes in through `admit` and leaves through `release`
-or `preempt`.
+or `preempt`. It keeps KV facts only (a sequence id, the tokens computed): a request's status,
+queue and counts are the scheduler's.
 
 With the prompt cache on, a generating pool keeps what a sequence leaves behind as a cached
 prefix (`prefix.py`): cells that count as free but reclaimable. Admission starts a request at
@@ -33,7 +34,7 @@ import numpy as np
 
 from homeai.sched.kv import KVManager
 from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix, reusable
-from homeai.sched.request import Kind, Request, Status
+from homeai.sched.request import Kind, Request
 
 
 class Pool(enum.Enum):
@@ -125,7 +126,6 @@ class KVPools:
         else:
             self._make_room(pool, request.num_tokens, need_seq=True)
             request.seq_id = self.kv[pool].admit(request.num_tokens)
-        request.status = Status.RUNNING
         if pool is Pool.EMBED:
             self.embedding.append(request)
         else:
@@ -158,11 +158,10 @@ class KVPools:
 
     def preempt(self, request: Request) -> None:
         """Drop a generating sequence (its cells may stay cached); the request keeps its output
-        and computes it again, from whatever of it is still cached when it comes back."""
+        and computes it again, from whatever of it is still cached when it comes back (its
+        status and queue are the scheduler's: `Scheduler._requeue`)."""
         self.release(request)
         request.num_computed_tokens = 0
-        request.num_preemptions += 1
-        request.status = Status.WAITING
 
     def release(self, request: Request) -> None:
         """Give a sequence's id back, and its cells (or keep them as a cached prefix)."""
@@ -256,9 +255,6 @@ class KVPools:
             request.seq_id = kv.admit(request.num_tokens, borrow=(src, reused))  # shared cells counted once
             self._op(pool, Copy(src, request.seq_id, reused))
         request.num_computed_tokens = reused
-        request.num_charged_prompt = max(request.num_charged_prompt, min(reused, request.num_prompt_tokens))
-        if not request.num_preemptions:
-            request.num_cached_tokens = reused
 
     def _take_over(self, request: Request, entry: Entry, n_entry: int) -> bool:
         """An entry mostly reused becomes the request's sequence; another member's only when the

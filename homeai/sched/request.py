@@ -88,8 +88,8 @@ class Request:
     output_tokens: list[int] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     num_computed_tokens: int = 0
-    num_charged_prompt: int = 0  # prompt tokens already charged to fair share (recompute is free)
-    status: Status = Status.WAITING
+    num_charged_prompt: int = 0  # prompt tokens charged to fair share (or found cached): a recompute is free
+    status: Status = Status.WAITING  # written by the scheduler alone (`Scheduler._start`, `_requeue`, `_finish`)
     seq_id: int | None = None
     finish_reason: str | None = None  # stop | length | abort | error
     num_preemptions: int = 0

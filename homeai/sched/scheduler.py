@@ -101,7 +101,7 @@ class Scheduler:
                                      max_credit=max(limits.embed_max_tokens, limits.max_step_tokens))
         self.waiting: dict[str, deque[Request]] = {name: deque() for name in policies}
         self.admission = Admission(policies, self.waiting, self.pools, self.pacing, self.share, policy,
-                                   limits.embed_chunked, limits.member_seq_share)
+                                   limits.embed_chunked, limits.member_seq_share, self._start)
         self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
         self.requests: dict[str, Request] = {}
@@ -278,7 +278,45 @@ class Scheduler:
                                   cells=step.cells[to], new_decode=not step.num_decoding[to], prompt=step.prompt,
                                   way_back=self.share.way_back(step.overdue))
 
-    # ---- KV growth, preemption and finishing -------------------------------------------
+    # ---- a request's lifecycle: the one owner of its status ------------------------------
+    # WAITING in its lane's queue -> RUNNING holding a sequence (`_start`) -> back to WAITING when
+    # preempted (`_requeue`), or FINISHED (`_finish`). Nothing else writes `Request.status`.
+
+    def _start(self, request: Request, now: float) -> None:
+        """A waiting request admitted (`Admission`): its sequence, from any prefix it reuses."""
+        self.waiting[request.lane].remove(request)
+        self.pools.admit(request)
+        request.status = Status.RUNNING
+        request.admitted_time = request.admitted_time or now
+        reused = request.num_computed_tokens  # found in the prompt cache: never charged to fair share
+        request.num_charged_prompt = max(request.num_charged_prompt, min(reused, request.num_prompt_tokens))
+        if not request.num_preemptions:
+            request.num_cached_tokens = reused
+
+    def _preempt(self, request: Request, plan: StepPlan | None) -> None:
+        """Drop a request's KV and requeue it at the head of its lane, keeping its output."""
+        self.pools.preempt(request)
+        self._requeue(request, plan)
+
+    def _requeue(self, request: Request, plan: StepPlan | None) -> None:
+        """A preempted request (its KV dropped) goes back to the head of its lane's queue."""
+        if plan is not None:  # preempted while the step is planned: its tokens go too
+            batch = plan.batches[self.pools.of(request)]
+            batch[:] = [i for i in batch if i.request_id != request.request_id]
+        request.status = Status.WAITING
+        request.num_preemptions += 1
+        self.waiting[request.lane].appendleft(request)
+
+    def _finish(self, request: Request, reason: str, now: float | None) -> None:
+        self.pools.release(request)
+        if request.kind is Kind.GENERATE and reason in ("stop", "length"):
+            self.pacing.learn(request)
+        request.status, request.finish_reason = Status.FINISHED, reason
+        request.finish_time = now if now is not None else self._clock
+        self._done.append(request.request_id)
+        self.requests.pop(request.request_id, None)
+
+    # ---- KV growth, and who gives way -------------------------------------------------
 
     def _grow(self, request: Request, num_cells: int, plan: StepPlan | None) -> bool:
         """Make room for a request's next tokens, preempting if its pool is full (an over-share member
@@ -299,26 +337,6 @@ class Scheduler:
         """Who gives way after llama.cpp found no KV slot: the lowest-priority, latest-admitted
         sequence, but an interactive one before background at its floor."""
         return self.pools.victim(spare=self._background_floor)
-
-    def _preempt(self, request: Request, plan: StepPlan | None) -> None:
-        """Drop a request's KV and requeue it at the head of its lane, keeping its output."""
-        self.pools.preempt(request)
-        self._requeue(request, plan)
-
-    def _requeue(self, request: Request, plan: StepPlan | None) -> None:
-        if plan is not None:  # preempted while the step is planned: its tokens go too
-            batch = plan.batches[self.pools.of(request)]
-            batch[:] = [i for i in batch if i.request_id != request.request_id]
-        self.waiting[request.lane].appendleft(request)
-
-    def _finish(self, request: Request, reason: str, now: float | None) -> None:
-        self.pools.release(request)
-        if request.kind is Kind.GENERATE and reason in ("stop", "length"):
-            self.pacing.learn(request)
-        request.status, request.finish_reason = Status.FINISHED, reason
-        request.finish_time = now if now is not None else self._clock
-        self._done.append(request.request_id)
-        self.requests.pop(request.request_id, None)
 
     # ---- results -------------------------------------------------------------------
 

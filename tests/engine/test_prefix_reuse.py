@@ -173,8 +173,7 @@ def test_a_shared_prefix_survives_its_owner_being_preempted(runner):
     while target.seq_id is None:
         d.step()
     assert any(isinstance(op, Copy) and op.src == owner.seq_id for op in d.ops()), "the target shares the owner's cells"
-    d.sched.pools.preempt(owner)  # as an interactive arrival would
-    d.sched.waiting["summaries"].appendleft(owner)
+    d.sched._preempt(owner, None)  # as an interactive arrival would
     d.run()
     assert owner.num_preemptions == 1 and target.num_cached_tokens > 0
     assert_same(ref, target)

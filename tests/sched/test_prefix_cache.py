@@ -162,8 +162,7 @@ def test_a_preempted_requests_entry_is_reused_when_room_comes_back_first():
     while len(background.output_tokens) < 10:
         step(sched, runner, now)
         now += 0.01
-    sched.pools.preempt(background)  # as an interactive request would, with its cells not yet needed
-    sched.waiting["summaries"].appendleft(background)
+    sched._preempt(background, None)  # as an interactive request would, with its cells not yet needed
     assert sched.pools.cells_cached(Pool.MAIN) == 309
     before = len(runner.plans)
     run_until_idle(sched, runner, now)
