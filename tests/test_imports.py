@@ -1,0 +1,137 @@
+"""The rooms of homeai: every module imports, no import loop, no arrow up.
+
+Imports are read from the source with `ast`, those inside functions (deferred) and under
+`if TYPE_CHECKING:` too: a deferred import only hides a loop, it does not remove it.
+
+* Every module of homeai imports on its own (but the migrations, which only Alembic runs).
+* No loop among modules, and none among rooms (a top-level package or module of homeai:
+  homeai.api, homeai.engine, homeai.config, ...).
+* No arrow up: the rooms below the routes never import homeai.api, and the scheduler
+  (homeai.sched) knows neither the engine, nor the service, nor the API.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "homeai"
+BELOW_API = ("homeai.sched", "homeai.engine", "homeai.store", "homeai.tools", "homeai.remote", "homeai.service",
+             "homeai.speech", "homeai.jobs", "homeai.wyoming", "homeai.wire")
+NEVER = {room: ("homeai.api",) for room in BELOW_API}
+NEVER["homeai.sched"] = ("homeai.api", "homeai.engine", "homeai.service")
+ALEMBIC = "homeai.store.migrations"  # scripts Alembic loads itself (env.py needs its context): read, not imported
+
+
+def module_names() -> dict[str, Path]:
+    """Every module of homeai by its dotted name (a package by its own name)."""
+    names = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+MODULES = module_names()
+
+
+def imported(name: str, path: Path) -> set[str]:
+    """The homeai modules `name` imports anywhere in its source: `from a import b` names the module
+    a.b when there is one, else a."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                whole = f"{base}.{alias.name}"
+                found.add(whole if whole in MODULES else base)
+    return {target for target in found if target in MODULES and target != name}
+
+
+def room(module: str) -> str:
+    """The top-level package or module of homeai that holds `module`."""
+    return ".".join(module.split(".")[:2])
+
+
+def graph(rooms: bool) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        source = room(name) if rooms else name
+        targets = {room(t) if rooms else t for t in imported(name, path)}
+        edges.setdefault(source, set()).update(targets - {source})
+    return edges
+
+
+def loops(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one node (Tarjan's), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                part.append(top)
+                if top == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_reader_sees_a_deferred_import_and_a_relative_one(tmp_path):
+    source = tmp_path / "metrics.py"
+    source.write_text("from . import auth\n\ndef f():\n    from homeai.api.deps import RuntimeDep\n")
+    assert imported("homeai.api.metrics", source) == {"homeai.api.auth", "homeai.api.deps"}
+
+
+def test_a_loop_is_found():
+    assert loops({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert loops({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if not n.startswith(ALEMBIC)))
+def test_every_module_imports(name):
+    importlib.import_module(name)
+
+
+def test_no_loop_among_modules():
+    assert loops(graph(rooms=False)) == []
+
+
+def test_no_loop_among_rooms():
+    assert loops(graph(rooms=True)) == []
+
+
+def test_no_arrow_up():
+    up = sorted(f"{name} -> {target}" for name, path in MODULES.items() for target in imported(name, path)
+                if any(target == never or target.startswith(never + ".")
+                       for never in NEVER.get(room(name), ())))
+    assert up == []
