@@ -9,12 +9,9 @@ model's chat template and tokenizer in, so the fitting is tested without a model
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from lanes.base import INTERACTIVE, LanePolicy
-
-if TYPE_CHECKING:
-    from homeai.engine.template import ChatPrompt
 
 POLICY = LanePolicy(
     name="chat", lane_class=INTERACTIVE, priority=1, weight=2.0, window_ms=5.0, max_batch=16,
@@ -23,8 +20,9 @@ POLICY = LanePolicy(
 
 MAX_DOCUMENTS = 5  # chunks of the household's documents put before a question that asks for them
 
-Template = Callable[[list[dict]], "ChatPrompt"]  # chat messages -> the model's prompt, in parts by writer
-Tokenize = Callable[["ChatPrompt"], list[int]]  # the runner's: `PromptTokens`, with the public prefix
+Prompt = TypeVar("Prompt")  # the model's prompt, in parts by writer (the engine's `ChatPrompt`): only passed on here
+Template = Callable[[list[dict]], Prompt]  # chat messages -> the model's prompt
+Tokenize = Callable[[Prompt], list[int]]  # the runner's: `PromptTokens`, with the public prefix
 
 
 class TooLong(ValueError):
@@ -46,8 +44,8 @@ def prompt_limit(max_seq_len: int, max_tokens: int) -> int:
     return max_seq_len - min(max_tokens, max_seq_len // 4)
 
 
-def build_prompt(history: list[dict], docs: str, limit: int | None, *, template: Template,
-                 tokenize: Tokenize) -> list[int]:
+def build_prompt(history: list[dict], docs: str, limit: int | None, *, template: Template[Prompt],
+                 tokenize: Tokenize[Prompt]) -> list[int]:
     """The prompt's tokens: `docs` (a system message's text, "" for none) before `history`.
 
     With a `limit`, the oldest turns are dropped until it fits (raises `TooLong` when even the

@@ -7,12 +7,11 @@ for short spoken sentences, and the last few messages of the conversation named,
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from lanes.base import INTERACTIVE, LanePolicy, ServerText
 
-if TYPE_CHECKING:
-    from homeai.engine.template import ChatPrompt
+Prompt = TypeVar("Prompt")  # what the model's chat template makes of messages (the engine's `ChatPrompt`)
 
 POLICY = LanePolicy(
     name="voice", lane_class=INTERACTIVE, priority=0, weight=4.0, window_ms=2.0, max_batch=8,
@@ -42,6 +41,6 @@ def build_messages(transcript: str, history: list[dict] | None = None) -> list[d
 
 
 def build_prompt(transcript: str, history: list[dict], *,
-                 template: Callable[[list[dict]], "ChatPrompt"]) -> "ChatPrompt":
+                 template: Callable[[list[dict]], Prompt]) -> Prompt:
     """The prompt for a spoken question, rendered with the model's chat `template`."""
     return template(build_messages(transcript, history))

@@ -3,11 +3,12 @@
 Imports are read from the source with `ast`, those inside functions (deferred) and under
 `if TYPE_CHECKING:` too: a deferred import only hides a loop, it does not remove it.
 
-* Every module of homeai imports on its own (but the migrations, which only Alembic runs).
+* Every module of homeai and lanes imports on its own (but the migrations, which only Alembic runs).
 * No loop among modules, and none among rooms (a top-level package or module of homeai:
-  homeai.api, homeai.engine, homeai.config, ...).
-* No arrow up: the rooms below the routes never import homeai.api, and the scheduler
-  (homeai.sched) knows neither the engine, nor the service, nor the API.
+  homeai.api, homeai.engine, homeai.config, ...; and lanes).
+* No arrow up: the rooms below the routes never import homeai.api, the scheduler
+  (homeai.sched) knows neither the engine, nor the service, nor the API, and the lanes (policies
+  the scheduler reads as plain data) import nothing of homeai.
 """
 
 from __future__ import annotations
@@ -19,18 +20,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "homeai"
+PACKAGES = ("homeai", "lanes")
 BELOW_API = ("homeai.sched", "homeai.engine", "homeai.store", "homeai.tools", "homeai.remote", "homeai.service",
              "homeai.speech", "homeai.jobs", "homeai.wyoming", "homeai.wire")
 NEVER = {room: ("homeai.api",) for room in BELOW_API}
 NEVER["homeai.sched"] = ("homeai.api", "homeai.engine", "homeai.service")
+NEVER["lanes"] = ("homeai",)
 ALEMBIC = "homeai.store.migrations"  # scripts Alembic loads itself (env.py needs its context): read, not imported
 
 
 def module_names() -> dict[str, Path]:
-    """Every module of homeai by its dotted name (a package by its own name)."""
+    """Every module of homeai and lanes by its dotted name (a package by its own name)."""
     names = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")):
         parts = path.relative_to(ROOT).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -42,7 +44,7 @@ MODULES = module_names()
 
 
 def imported(name: str, path: Path) -> set[str]:
-    """The homeai modules `name` imports anywhere in its source: `from a import b` names the module
+    """The modules of ours `name` imports anywhere in its source: `from a import b` names the module
     a.b when there is one, else a."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -62,8 +64,8 @@ def imported(name: str, path: Path) -> set[str]:
 
 
 def room(module: str) -> str:
-    """The top-level package or module of homeai that holds `module`."""
-    return ".".join(module.split(".")[:2])
+    """The top-level package or module of homeai that holds `module`; lanes is one room."""
+    return "lanes" if module.split(".")[0] == "lanes" else ".".join(module.split(".")[:2])
 
 
 def graph(rooms: bool) -> dict[str, set[str]]:
