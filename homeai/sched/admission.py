@@ -51,7 +51,7 @@ class Admission:
         if self.pools.shares_a_prefix_being_read(request):
             return False  # it waits for the cells it will share, a step or so (before any preemption for it)
         while not self.fits(request.num_tokens, interactive, step.num_decoding):
-            if not interactive or self.pools.separate or not self._preempt_background(preempt):
+            if not interactive or not self._preempt_background(preempt):
                 memo.failed_need[interactive] = request.num_tokens
                 return False
         self.start(request, step.now)
@@ -77,16 +77,15 @@ class Admission:
         decoding = Counter(self.pools.of(r) for r in self.pools.running if r.is_decoding)
         if self.fits(request.num_tokens, True, decoding):
             return True
-        victim = self.pools.victim(Pool.MAIN)
-        return not self.pools.separate and victim is not None and not victim.interactive and self.share.may_preempt()
+        return self.pools.layout.background_victim(self.pools, self.share) is not None
 
     def keeps_pace(self, request: Request, moment: Moment) -> bool:
         memo: Admissions = moment.admissions
         if memo.readers is None or memo.readers[0] != self.pools.version:  # the running set changed
             memo.readers = self.pools.version, self.pacing.readers(self.pools.running, self._targets,
-                                                                   self.pools.separate)
+                                                                   self.pools.layout)
         return self.pacing.readers_keep_pace(moment.cost, memo.readers[1], request, self._targets[request.lane],
-                                             self.pools.separate)
+                                             self.pools.layout)
 
     def fits(self, num_cells: int, interactive: bool, num_decoding: Mapping[Pool, int]) -> bool:
         """A free sequence id and cells for it, leaving a cell per decoding sequence (`num_decoding`,
@@ -95,14 +94,15 @@ class Admission:
         num_free = self.pools.num_free_seqs(pool)
         if not num_free or not self.pools.fits(pool, num_cells, num_decoding.get(pool, 0)):
             return False
-        if interactive and not self.pools.separate:
-            return num_free > self.share.seq_reserve(self.waiting)
+        if interactive:
+            return num_free > self.pools.layout.seqs_kept(self.share, self.waiting)
         return True
 
     def _preempt_background(self, preempt: Callable[[Request], None]) -> bool:
-        """Preempt for an interactive request, unless background is down to its minimum share."""
-        victim = self.pools.victim(Pool.MAIN)
-        if victim is None or victim.interactive or not self.share.may_preempt():
+        """Preempt for an interactive request, unless background is down to its minimum share (or
+        lives in a cache of its own)."""
+        victim = self.pools.layout.background_victim(self.pools, self.share)
+        if victim is None:
             return False
         preempt(victim)
         return True
@@ -120,8 +120,8 @@ class Admission:
             head = next((r for r in queue if self.members.may_admit(r)), None)
             if head is None or not moment.eligible(head):
                 continue
-            if self.pools.separate and not self.pools.fits(Pool.INTERACTIVE, head.num_tokens, decoding):
-                continue  # without a cache of its own, it may take background cells
+            if not self.pools.layout.prompt_fits(self.pools, head, decoding):
+                continue
             if self.keeps_pace(head, moment):
                 return True
         return False

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.request import Request
+
+if TYPE_CHECKING:
+    from homeai.sched.layout import CacheLayout
 
 
 @dataclass(frozen=True)
@@ -126,16 +129,16 @@ class Pacing:
         budget = max(min(tokens, self.max_step_tokens), floor, num_decoding + way_back)
         return min(max(int(budget * self.shrink), num_decoding + 1), self.max_step_tokens)
 
-    def readers(self, running: list[Request], targets: dict[str, float], separate: bool) -> Readers:
+    def readers(self, running: list[Request], targets: dict[str, float], layout: CacheLayout) -> Readers:
         readers = [r for r in running if r.interactive]
         background = [r for r in running if not r.interactive]
         return Readers(len(readers), min((r.priority for r in readers), default=0),
                        min((targets[r.lane] for r in readers), default=math.inf),
                        sum(self.typical_cells(r) for r in readers), sum(1 for r in background if r.is_decoding),
-                       sum(r.num_computed_tokens if separate else r.num_tokens for r in background))
+                       sum(layout.background_cells(r) for r in background))
 
     def readers_keep_pace(self, cost: StepCostModel, readers: Readers, request: Request, target_ms: float,
-                          separate: bool) -> bool:
+                          layout: CacheLayout) -> bool:
         """Admitting one more interactive sequence keeps the readers' decode step within
         `readers_aim` of the pace once every one of them, the new one too, has its typical length.
 
@@ -146,15 +149,8 @@ class Pacing:
         if not readers.n or request.priority < readers.priority:
             return True
         pace = self.pace(cost, min(readers.target, target_ms))
-        n, cells = readers.n + 1, readers.cells + self.typical_cells(request)
-        if separate:  # background decodes in their own cache, with a decode call of their own
-            shape = StepShape(1, n, n * cells / 1000.0, n)
-            m = readers.background
-            if m:
-                shape = shape.plus(StepShape(1, m, m * readers.background_cells / 1000.0, m))
-        else:
-            n, cells = n + readers.background, cells + readers.background_cells
-            shape = StepShape(1, n, n * cells / 1000.0, n)
+        shape = layout.readers_shape(readers.n + 1, readers.cells + self.typical_cells(request),
+                                     readers.background, readers.background_cells)
         return cost.predict_ms(shape) <= self.tuning.readers_aim * pace
 
     def typical_cells(self, request: Request) -> int:

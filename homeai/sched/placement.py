@@ -57,35 +57,6 @@ class Placement:
         """The cost model's view of the plan so far (the embedding context's cells as they are now)."""
         return plan.cost_shape({**step.cells, Pool.EMBED: self.pools.cells_used(Pool.EMBED)})
 
-    def fill_apart(self, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
-        """Fill a step when interactive lanes have a cache of their own. Background tokens then
-        cost a decode call of their own (and attend over long documents), so background's owed
-        chunk goes first (`BackgroundShare.first_chunk`); interactive prefill takes what the aim
-        leaves beside it, and background fills whatever is left after that."""
-        used = 0
-        chunk = self.share.first_chunk(reserve, self._room(step, plan, left)) if reserve else 0
-        if chunk:
-            used = self.fill(step, plan, interactive=False, budget=chunk)
-        budget = left - used
-        if used:  # what the interactive lanes may still add within the aim, beside that chunk
-            budget = min(budget, step.cost.tokens_within(step.aim, self.shape(step, plan),
-                                                         step.cells[Pool.INTERACTIVE],
-                                                         new_decode=not plan.batches[Pool.INTERACTIVE]))
-        used += self.fill(step, plan, interactive=True, budget=budget)
-        room = self._room(step, plan, left - used)
-        self.fill(step, plan, interactive=False, budget=self.first_token_room(step, plan, room))
-
-    def _room(self, step: Step, plan: StepPlan, left: int) -> int:
-        """Background's part of what is left of the step, costed in its own cache: its tokens cost
-        more (long documents, maybe a decode call of its own) than the ones the budget assumed."""
-        fits = step.cost.tokens_within(step.aim, self.shape(step, plan), step.cells[Pool.MAIN],
-                                       new_decode=not plan.batches[Pool.MAIN])
-        if step.overdue:
-            fits = max(fits, self.share.share_tokens())
-        elif not plan.batches[Pool.INTERACTIVE]:  # no interactive token to keep on time: the step's floor
-            fits = max(fits, step.min_chunk)
-        return min(left, fits)
-
     def fill(self, step: Step, plan: StepPlan, *, interactive: bool, budget: int) -> int:
         """Give prefill chunks (and embedding inputs) of one class by fair share; tokens used."""
         if budget <= 0:

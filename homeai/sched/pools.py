@@ -1,8 +1,8 @@
 """The KV pools: which cache a sequence lives in, its id and cells there, and who gives way.
 
 One pool per llama.cpp cache: `MAIN` (every generating lane's, or background's when the
-interactive lanes have their own), `INTERACTIVE` (that own cache, when `interactive_cells` > 0)
-and `EMBED` (the embedding context). A sequence id is the id within its pool's cache, so the
+interactive lanes have their own), `INTERACTIVE` (that own cache, when the layout has one:
+`layout.py`) and `EMBED` (the embedding context). A sequence id is the id within its pool's cache, so the
 runner keeps one context per pool and translates nothing.
 
 `KVPools` admits a request (a sequence id and cells for its whole current length, so a
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +35,9 @@ import numpy as np
 from homeai.sched.kv import KVManager
 from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix, reusable
 from homeai.sched.request import Kind, Request
+
+if TYPE_CHECKING:
+    from homeai.sched.layout import CacheLayout
 
 
 class Pool(enum.Enum):
@@ -78,13 +81,12 @@ class PromptCache:
 
 
 class KVPools:
-    def __init__(self, *, num_cells: int, num_seqs: int, interactive_cells: int, embed_cells: int, embed_seqs: int,
+    def __init__(self, *, num_cells: int, num_seqs: int, layout: CacheLayout, embed_cells: int, embed_seqs: int,
                  prompt_cache: PromptCache = PromptCache()):
-        self.kv = {Pool.MAIN: KVManager(num_cells, num_seqs), Pool.EMBED: KVManager(embed_cells, embed_seqs)}
-        if interactive_cells:
-            self.kv[Pool.INTERACTIVE] = KVManager(interactive_cells, num_seqs)
+        self.layout = layout
+        self.kv = {**layout.caches(num_cells, num_seqs), Pool.EMBED: KVManager(embed_cells, embed_seqs)}
         # Where the interactive lanes' sequences live: their own cache, or the main one beside background.
-        self.interactive = Pool.INTERACTIVE if interactive_cells else Pool.MAIN
+        self.interactive = layout.interactive_pool
         self.generating = tuple(p for p in GENERATE if p in self.kv)
         self.running: list[Request] = []  # generating sequences, in admission order
         self.embedding: list[Request] = []  # embedding inputs admitted and not yet done
@@ -93,11 +95,6 @@ class KVPools:
         self.cache = {pool: PrefixCache() for pool in self.generating} if prompt_cache.enabled else {}
         self.min_reuse = max(prompt_cache.min_reuse, HEAD)
         self._ops: dict[Pool, list[Drop | Copy]] = {}
-
-    @property
-    def separate(self) -> bool:
-        """The interactive lanes have a cache of their own: a decode call and cells apart from background's."""
-        return self.interactive is Pool.INTERACTIVE
 
     def of_class(self, interactive: bool) -> Pool:
         return self.interactive if interactive else Pool.MAIN

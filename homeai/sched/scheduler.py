@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.fairshare import FairShare
+from homeai.sched.layout import cache_layout
 from homeai.sched.pacing import Pacing
 from homeai.sched.placement import Placement, item
 from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult
@@ -86,8 +87,9 @@ class SchedulerLimits:
 class Scheduler:
     def __init__(self, policies: dict[str, LanePolicy], limits: SchedulerLimits, policy: Policy = HOMEAI):
         self.policies, self.limits, self.policy = policies, limits, policy
+        self.layout = cache_layout(limits.interactive_cells)  # chosen once: every rule that differs asks it
         self.pools = KVPools(num_cells=limits.num_cells, num_seqs=limits.num_seqs,
-                             interactive_cells=limits.interactive_cells, embed_cells=limits.embed_max_tokens,
+                             layout=self.layout, embed_cells=limits.embed_max_tokens,
                              embed_seqs=limits.embed_max_seqs,
                              prompt_cache=PromptCache(limits.prompt_cache, limits.prompt_cache_max_cells,
                                                       shared=limits.prompt_cache_shared))
@@ -194,14 +196,8 @@ class Scheduler:
         reserve = self.share.reserve(usable, left, step.min_chunk)
         if order is not None:
             self.placement.fill_in_order(step, plan, order, left)
-        elif self.pools.separate:
-            self.placement.fill_apart(step, plan, left, reserve)
         else:
-            used = self.placement.fill(step, plan, interactive=True, budget=left - reserve)
-            room = self.placement.first_token_room(step, plan, left - used)
-            used += self.placement.fill(step, plan, interactive=False, budget=max(room, reserve))
-            if reserve and used < left:  # background left part of its reserve: interactive work takes it
-                self.placement.fill(step, plan, interactive=True, budget=left - used)
+            self.layout.fill(self.placement, step, plan, left, reserve)
         if usable is not None or step.deferred > 0:  # background is backlogged: owed its share, once the step ran
             interactive = {r.request_id for r in self.running if r.interactive}
             plan.background = self.share.due(plan, interactive, call_tokens=self.cost.call_tokens())
@@ -239,7 +235,7 @@ class Scheduler:
         deferred = 0
         # Interactive lanes with a cache of their own take whole steps while one of them reads a
         # prompt or writes a held output: background decodes would cost a second decode call each step.
-        if self.pools.separate and (prompt or held) and self.share.decodes_wait(background, self.cost.call_tokens()):
+        if (prompt or held) and self.layout.background_decodes_wait(self.share, background, self.cost.call_tokens()):
             decoding, deferred = [r for r in decoding if r.interactive], background
         for r in decoding:
             plan.batches[self.pools.of(r)].append(item(r, 1))

@@ -97,8 +97,9 @@ class BackgroundShare:
         generating, embedding = plan.generating, plan.batches[Pool.EMBED]
         background = [i for i in generating if i.request_id not in interactive]
         got = sum(len(i.tokens) for i in background) + sum(len(i.tokens) for i in embedding)
-        if self.pools.separate and len(background) < len(generating):  # beside interactive work
-            got += call_tokens * ((len(background) > 0) + (len(embedding) > 0))
+        calls = self.pools.layout.own_calls(len(background), len(generating) - len(background), len(embedding))
+        if calls:
+            got += call_tokens * calls
         return BackgroundDue(self.min_share * plan.num_tokens, got)
 
     def settle(self, due: BackgroundDue) -> None:

@@ -1,0 +1,193 @@
+"""The cache layout: one KV cache for every lane, or a second one of their own for the interactive lanes.
+
+Chosen once, from `SchedulerLimits.interactive_cells` (`cache_layout`), and asked by every
+rule that differs between the two; nothing else branches on it.
+
+* `OneCache`: every sequence in one cache, so one decode call a step. Background gives way to
+  an interactive request that does not fit (down to its floor, `share.py`), and an interactive
+  admission leaves the sequence ids background keeps. A step fills interactive prefill first.
+* `TwoCaches`: the interactive lanes' sequences in a cache of their own: a chat's tokens never
+  attend over a long document's cells, but background tokens cost a decode call of their own.
+  So background is never preempted for interactive work (its cells are not the ones needed),
+  its decodes wait while an interactive prompt is read unless it is owed a step of them, each
+  call of its own beside interactive work is paid for in tokens' worth, and its owed chunk goes
+  first in a step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from homeai.sched.costmodel import StepShape
+from homeai.sched.kv import KVManager
+from homeai.sched.pools import Pool
+
+if TYPE_CHECKING:
+    from collections import deque
+
+    from homeai.sched.placement import Placement
+    from homeai.sched.plan import StepPlan
+    from homeai.sched.pools import KVPools
+    from homeai.sched.request import Request
+    from homeai.sched.share import BackgroundShare
+    from homeai.sched.step import Step
+
+
+class CacheLayout(Protocol):
+    interactive_pool: Pool  # where the interactive lanes' sequences live
+
+    def caches(self, num_cells: int, num_seqs: int) -> dict[Pool, KVManager]:
+        """The generating caches: `num_cells` and `num_seqs` are the main one's."""
+        ...
+
+    def interactive_max_seq_len(self, info) -> int:
+        """The longest sequence an interactive request may hold, given the model's contexts (`info`)."""
+        ...
+
+    def background_victim(self, pools: KVPools, share: BackgroundShare) -> Request | None:
+        """The background sequence an interactive request that does not fit preempts (None: none does)."""
+        ...
+
+    def seqs_kept(self, share: BackgroundShare, waiting: dict[str, deque[Request]]) -> int:
+        """Sequence ids an interactive admission leaves free for background waiting below its share."""
+        ...
+
+    def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
+        """An interactive prompt has room to be read now (`num_decoding` interactive sequences
+        keep a cell each), as far as whether it holds background back goes."""
+        ...
+
+    def background_cells(self, request: Request) -> int:
+        """The cells a background sequence weighs on the readers' decode step with."""
+        ...
+
+    def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape:
+        """The decode step of `n` readers over `cells` beside `num_background` background decodes."""
+        ...
+
+    def background_decodes_wait(self, share: BackgroundShare, num_background: int, call_tokens: float) -> bool:
+        """Background decodes sit out a step in which an interactive prompt is read or a held output written."""
+        ...
+
+    def own_calls(self, num_background: int, num_interactive: int, num_embedding: int) -> int:
+        """Decode calls background makes of its own beside interactive work in one step (each paid for)."""
+        ...
+
+    def fill(self, placement: Placement, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
+        """Place prefill chunks and embedding inputs in the `left` tokens of a step (`reserve` of
+        them kept for background when it is owed them)."""
+        ...
+
+
+class OneCache:
+    interactive_pool = Pool.MAIN
+
+    def caches(self, num_cells: int, num_seqs: int) -> dict[Pool, KVManager]:
+        return {Pool.MAIN: KVManager(num_cells, num_seqs)}
+
+    def interactive_max_seq_len(self, info) -> int:
+        return info.max_seq_len
+
+    def background_victim(self, pools: KVPools, share: BackgroundShare) -> Request | None:
+        victim = pools.victim(Pool.MAIN)
+        return victim if victim is not None and not victim.interactive and share.may_preempt() else None
+
+    def seqs_kept(self, share: BackgroundShare, waiting: dict[str, deque[Request]]) -> int:
+        return share.seq_reserve(waiting)
+
+    def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
+        return True  # it may take background's cells
+
+    def background_cells(self, request: Request) -> int:
+        return request.num_tokens  # in the readers' cache, all it will hold
+
+    def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape:
+        n, cells = n + num_background, cells + background_cells
+        return StepShape(1, n, n * cells / 1000.0, n)
+
+    def background_decodes_wait(self, share: BackgroundShare, num_background: int, call_tokens: float) -> bool:
+        return False  # they ride the readers' decode call
+
+    def own_calls(self, num_background: int, num_interactive: int, num_embedding: int) -> int:
+        return 0
+
+    def fill(self, placement: Placement, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
+        """Interactive prefill first, leaving background's reserve; background takes the rest (within
+        what a first interactive token allows it); interactive work takes what background left."""
+        used = placement.fill(step, plan, interactive=True, budget=left - reserve)
+        room = placement.first_token_room(step, plan, left - used)
+        used += placement.fill(step, plan, interactive=False, budget=max(room, reserve))
+        if reserve and used < left:  # background left part of its reserve: interactive work takes it
+            placement.fill(step, plan, interactive=True, budget=left - used)
+
+
+class TwoCaches:
+    interactive_pool = Pool.INTERACTIVE
+
+    def __init__(self, interactive_cells: int):
+        self.interactive_cells = interactive_cells
+
+    def caches(self, num_cells: int, num_seqs: int) -> dict[Pool, KVManager]:
+        return {Pool.MAIN: KVManager(num_cells, num_seqs),
+                Pool.INTERACTIVE: KVManager(self.interactive_cells, num_seqs)}
+
+    def interactive_max_seq_len(self, info) -> int:
+        return min(info.interactive_max_seq_len, self.interactive_cells)
+
+    def background_victim(self, pools: KVPools, share: BackgroundShare) -> Request | None:
+        return None  # background's cells are not the ones an interactive request needs
+
+    def seqs_kept(self, share: BackgroundShare, waiting: dict[str, deque[Request]]) -> int:
+        return 0
+
+    def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
+        return pools.fits(Pool.INTERACTIVE, request.num_tokens, num_decoding)
+
+    def background_cells(self, request: Request) -> int:
+        return request.num_computed_tokens  # in a cache of its own: what its own decode call attends over
+
+    def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape:
+        shape = StepShape(1, n, n * cells / 1000.0, n)
+        if num_background:  # background decodes in their own cache, with a decode call of their own
+            m = num_background
+            shape = shape.plus(StepShape(1, m, m * background_cells / 1000.0, m))
+        return shape
+
+    def background_decodes_wait(self, share: BackgroundShare, num_background: int, call_tokens: float) -> bool:
+        return share.decodes_wait(num_background, call_tokens)
+
+    def own_calls(self, num_background: int, num_interactive: int, num_embedding: int) -> int:
+        return (num_background > 0) + (num_embedding > 0) if num_interactive else 0
+
+    def fill(self, placement: Placement, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
+        """Background tokens cost a decode call of their own (and attend over long documents), so
+        background's owed chunk goes first (`BackgroundShare.first_chunk`); interactive prefill
+        takes what the aim leaves beside it, and background fills whatever is left after that."""
+        used = 0
+        chunk = placement.share.first_chunk(reserve, self._room(placement, step, plan, left)) if reserve else 0
+        if chunk:
+            used = placement.fill(step, plan, interactive=False, budget=chunk)
+        budget = left - used
+        if used:  # what the interactive lanes may still add within the aim, beside that chunk
+            budget = min(budget, step.cost.tokens_within(step.aim, placement.shape(step, plan),
+                                                         step.cells[Pool.INTERACTIVE],
+                                                         new_decode=not plan.batches[Pool.INTERACTIVE]))
+        used += placement.fill(step, plan, interactive=True, budget=budget)
+        room = self._room(placement, step, plan, left - used)
+        placement.fill(step, plan, interactive=False, budget=placement.first_token_room(step, plan, room))
+
+    def _room(self, placement: Placement, step: Step, plan: StepPlan, left: int) -> int:
+        """Background's part of what is left of the step, costed in its own cache: its tokens cost
+        more (long documents, maybe a decode call of its own) than the ones the budget assumed."""
+        fits = step.cost.tokens_within(step.aim, placement.shape(step, plan), step.cells[Pool.MAIN],
+                                       new_decode=not plan.batches[Pool.MAIN])
+        if step.overdue:
+            fits = max(fits, placement.share.share_tokens())
+        elif not plan.batches[Pool.INTERACTIVE]:  # no interactive token to keep on time: the step's floor
+            fits = max(fits, step.min_chunk)
+        return min(left, fits)
+
+
+def cache_layout(interactive_cells: int) -> CacheLayout:
+    """The layout `interactive_cells` asks for (0: one cache for every lane)."""
+    return TwoCaches(interactive_cells) if interactive_cells else OneCache()
