@@ -1,0 +1,143 @@
+"""The service's answer stream with the real model: a plain answer, a tool call, an answer cut short
+by its reader, and one whose step failed, each ending in exactly one Done or Failed.
+
+Run: .venv/bin/python -m pytest -q tests/service/test_answer.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from homeai.api.runtime import Runtime
+from homeai.service import Call, Caller, ChatAsk, Done, Failed, SamplingAsk, Service, ServiceError, Text
+from tests.conftest import small_config
+
+pytestmark = pytest.mark.model
+
+ADMIN = Caller("household", True, 1, ("voice", "chat", "summaries", "indexing", "embeddings"))
+GREEDY = SamplingAsk(max_tokens=12, temperature=0.0)
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+class Faulty:
+    """The shared runner, except that its first step raises."""
+
+    def __init__(self, runner):
+        self._runner, self.num_runs = runner, 0
+
+    def __getattr__(self, name):
+        return getattr(self._runner, name)
+
+    def run(self, plan):
+        self.num_runs += 1
+        if self.num_runs == 1:
+            raise RuntimeError("injected fault")
+        return self._runner.run(plan)
+
+
+@pytest.fixture
+def serving(runner):
+    """`serving(runner_)`: a Service over a started runtime (its engine stopped after the test)."""
+    runtimes = []
+
+    def start(runner_=runner) -> Service:
+        runtime = Runtime(small_config(), runner_)
+        runtime.start()
+        runtimes.append(runtime)
+        return Service(runtime)
+
+    yield start
+    for runtime in runtimes:
+        runtime.stop()
+
+
+def ask(question: str, **fields) -> ChatAsk:
+    return ChatAsk([{"role": "user", "content": question}], **{"lane": "chat", "sampling": GREEDY, **fields})
+
+
+async def events_of(service: Service, chat: ChatAsk) -> list:
+    answer = await service.chat(chat, ADMIN)
+    return [event async for event in answer]
+
+
+def test_a_plain_answer_is_text_then_done(serving):
+    service = serving()
+    events = asyncio.run(events_of(service, ask("Name a colour.")))
+    *texts, done = events
+    assert texts and all(isinstance(e, Text) for e in texts) and isinstance(done, Done)
+    assert done.reason in ("stop", "length") and done.calls == ()
+    assert "".join(e.text for e in texts) == done.content and done.content.strip()
+    assert done.usage.completion_tokens == done.stats.output_tokens > 0
+    assert done.usage.prompt_tokens > 0
+
+
+def test_a_tool_call_comes_whole_then_done_says_tool_calls(serving):
+    service = serving()
+    chat = ask("What is the weather in Paris?", tools=WEATHER, tool_choice="required",
+               sampling=SamplingAsk(max_tokens=64, temperature=0.0))
+    events = asyncio.run(events_of(service, chat))
+    calls = [e for e in events if isinstance(e, Call)]
+    assert [c.index for c in calls] == [0] and calls[0].call.name == "get_weather"
+    assert isinstance(calls[0].call.arguments.get("city"), str)
+    done = events[-1]
+    assert isinstance(done, Done) and done.reason == "tool_calls" and done.calls == (calls[0].call,)
+    assert not any(isinstance(e, (Done, Failed)) for e in events[:-1])
+
+
+def test_an_answer_its_reader_cuts_ends_failed_abort_and_frees_the_sequence(serving):
+    service = serving()
+    endless = SamplingAsk(max_tokens=2000, temperature=0.0, ignore_eos=True)
+
+    async def cut():
+        answer = await service.chat(ask("Count to a thousand.", sampling=endless), ADMIN)
+        seen = []
+        async for event in answer:
+            seen.append(event)
+            if len(seen) == 3:
+                answer.abort()
+                answer.abort()  # idempotent
+        return answer, seen
+
+    answer, seen = asyncio.run(cut())
+    last = seen[-1]
+    assert isinstance(last, Failed) and last.reason == "abort" and last.error.status_code == 503
+    assert sum(isinstance(e, (Done, Failed)) for e in seen) == 1 and answer.finished
+    assert last.error.code == "shutting_down"
+    engine = service.engine()
+    deadline = time.monotonic() + 30
+    while engine.state().lanes["chat"].running and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.state().lanes["chat"].running == 0
+
+
+def test_a_failed_step_ends_the_answer_failed_error_and_whole_raises(serving, runner):
+    service = serving(Faulty(runner))
+    events = asyncio.run(events_of(service, ask("Hello?")))
+    assert isinstance(events[-1], Failed) and events[-1].reason == "error"
+    assert events[-1].error.status_code == 500 and events[-1].error.code == "generation_failed"
+    assert "injected fault" in events[-1].error.message
+
+    async def whole():  # the engine serves on: the next answer is whole
+        return await (await service.chat(ask("Hello?"), ADMIN)).whole()
+
+    result = asyncio.run(whole())
+    assert result.reason in ("stop", "length") and result.usage.completion_tokens > 0
+
+
+def test_refusals_are_service_errors_before_anything_is_queued(serving):
+    service = serving()
+    chat_only = Caller("kid", False, 2, ("chat",))
+    with pytest.raises(ServiceError) as refused:
+        asyncio.run(service.chat(ask("Hi", lane="voice"), chat_only))
+    assert (refused.value.status_code, refused.value.code) == (403, "lane_not_allowed")
+    with pytest.raises(ServiceError) as unknown:
+        asyncio.run(service.chat(ask("Hi", model="gpt-4o-mini-nonexistent"), ADMIN))
+    assert (unknown.value.status_code, unknown.value.code) == (404, "model_not_found")
+    with pytest.raises(ServiceError) as bad_tools:
+        asyncio.run(service.check_tools([{"type": "function", "function": {"name": ""}}], None))
+    assert (bad_tools.value.status_code, bad_tools.value.code) == (400, "invalid_tools")
