@@ -83,7 +83,8 @@ def resolve_model_dir(cfg: SpeechConfig) -> Path:
 def libraries_missing() -> str | None:
     """Why faster-whisper or PyAV cannot be imported (the reason, and what to install), or None."""
     try:
-        importlib.import_module("homeai.speech.stt")
+        for library in ("av", "faster_whisper", "faster_whisper.vad"):  # those `homeai.speech.stt` imports
+            importlib.import_module(library)
     except Exception as e:  # a broken install raises more than ImportError (a shared library's OSError)
         return (f"faster-whisper or PyAV cannot be imported ({type(e).__name__}: {e}); "
                 "install them with `pip install faster-whisper av`")
