@@ -1,7 +1,8 @@
 """The rooms of homeai: every module imports, no import loop, no arrow up.
 
 Imports are read from the source with `ast`, those inside functions (deferred) and under
-`if TYPE_CHECKING:` too: a deferred import only hides a loop, it does not remove it.
+`if TYPE_CHECKING:` too, and `importlib.import_module("...")` with the name written out: a
+deferred import only hides a loop, it does not remove it.
 
 * Every module of homeai and lanes imports on its own (but the migrations, which only Alembic runs).
 * No loop among modules, and none among rooms (a top-level package or module of homeai:
@@ -60,7 +61,18 @@ def imported(name: str, path: Path) -> set[str]:
             for alias in node.names:
                 whole = f"{base}.{alias.name}"
                 found.add(whole if whole in MODULES else base)
+        elif _imports_by_name(node):
+            found.add(node.args[0].value)
     return {target for target in found if target in MODULES and target != name}
+
+
+def _imports_by_name(node: ast.AST) -> bool:
+    """`importlib.import_module("a.b")` (or `import_module(...)`) with the name written out."""
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+        return False
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name == "import_module" and isinstance(node.args[0].value, str)
 
 
 def room(module: str) -> str:
@@ -108,10 +120,11 @@ def loops(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_reader_sees_a_deferred_import_and_a_relative_one(tmp_path):
+def test_the_reader_sees_deferred_relative_and_importlib_imports(tmp_path):
     source = tmp_path / "metrics.py"
-    source.write_text("from . import auth\n\ndef f():\n    from homeai.api.deps import RuntimeDep\n")
-    assert imported("homeai.api.metrics", source) == {"homeai.api.auth", "homeai.api.deps"}
+    source.write_text("from . import auth\n\ndef f():\n    from homeai.api.deps import RuntimeDep\n"
+                      "    importlib.import_module('homeai.api.runtime')\n")
+    assert imported("homeai.api.metrics", source) == {"homeai.api.auth", "homeai.api.deps", "homeai.api.runtime"}
 
 
 def test_a_loop_is_found():
