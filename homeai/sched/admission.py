@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from typing import Callable, Mapping
 
+from homeai.sched.layout import CacheLayout
 from homeai.sched.members import MemberShare
 from homeai.sched.pacing import Pacing
 from homeai.sched.policy import Policy
@@ -29,8 +30,8 @@ Start = Callable[[Request, float], None]  # the scheduler's: a waiting request s
 class Admission:
     def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
                  pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool, member_share: float,
-                 start: Start):
-        self.policies, self.waiting, self.pools, self.start = policies, waiting, pools, start
+                 start: Start, layout: CacheLayout):
+        self.policies, self.waiting, self.pools, self.start, self.layout = policies, waiting, pools, start, layout
         self.members = MemberShare(policies, waiting, pools, member_share)
         self.pacing, self.share, self.policy, self.embed_chunked = pacing, share, policy, embed_chunked
         self._targets = {name: p.itl_target_ms for name, p in policies.items()}
@@ -77,15 +78,15 @@ class Admission:
         decoding = Counter(self.pools.of(r) for r in self.pools.running if r.is_decoding)
         if self.fits(request.num_tokens, True, decoding):
             return True
-        return self.pools.layout.background_victim(self.pools, self.share) is not None
+        return self.layout.background_victim(self.pools, self.share) is not None
 
     def keeps_pace(self, request: Request, moment: Moment) -> bool:
         memo: Admissions = moment.admissions
         if memo.readers is None or memo.readers[0] != self.pools.version:  # the running set changed
             memo.readers = self.pools.version, self.pacing.readers(self.pools.running, self._targets,
-                                                                   self.pools.layout)
+                                                                   self.layout)
         return self.pacing.readers_keep_pace(moment.cost, memo.readers[1], request, self._targets[request.lane],
-                                             self.pools.layout)
+                                             self.layout)
 
     def fits(self, num_cells: int, interactive: bool, num_decoding: Mapping[Pool, int]) -> bool:
         """A free sequence id and cells for it, leaving a cell per decoding sequence (`num_decoding`,
@@ -95,13 +96,13 @@ class Admission:
         if not num_free or not self.pools.fits(pool, num_cells, num_decoding.get(pool, 0)):
             return False
         if interactive:
-            return num_free > self.pools.layout.seqs_kept(self.share, self.waiting)
+            return num_free > self.layout.seqs_kept(self.share, self.waiting)
         return True
 
     def _preempt_background(self, preempt: Callable[[Request], None]) -> bool:
         """Preempt for an interactive request, unless background is down to its minimum share (or
         lives in a cache of its own)."""
-        victim = self.pools.layout.background_victim(self.pools, self.share)
+        victim = self.layout.background_victim(self.pools, self.share)
         if victim is None:
             return False
         preempt(victim)
@@ -120,7 +121,7 @@ class Admission:
             head = next((r for r in queue if self.members.may_admit(r)), None)
             if head is None or not moment.eligible(head):
                 continue
-            if not self.pools.layout.prompt_fits(self.pools, head, decoding):
+            if not self.layout.prompt_fits(self.pools, head, decoding):
                 continue
             if self.keeps_pace(head, moment):
                 return True

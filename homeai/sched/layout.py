@@ -1,7 +1,9 @@
 """The cache layout: one KV cache for every lane, or a second one of their own for the interactive lanes.
 
 Chosen once, from `SchedulerLimits.interactive_cells` (`cache_layout`), and asked by every
-rule that differs between the two; nothing else branches on it.
+rule that differs between the two; nothing else branches on it. It sits below the rules that
+ask it (admission, placement, background's share): what it asks of them is typed here (`Owed`,
+`Filler`), not imported.
 
 * `OneCache`: every sequence in one cache, so one decode call a step. Background gives way to
   an interactive request that does not fit (down to its floor, `share.py`), and an interactive
@@ -16,21 +18,37 @@ rule that differs between the two; nothing else branches on it.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Protocol
 
 from homeai.sched.costmodel import StepShape
 from homeai.sched.kv import KVManager
-from homeai.sched.pools import Pool
+from homeai.sched.pools import KVPools, Pool
+from homeai.sched.request import Request
 
 if TYPE_CHECKING:
-    from collections import deque
-
-    from homeai.sched.placement import Placement
     from homeai.sched.plan import StepPlan
-    from homeai.sched.pools import KVPools
-    from homeai.sched.request import Request
-    from homeai.sched.share import BackgroundShare
     from homeai.sched.step import Step
+
+
+class Owed(Protocol):
+    """What a layout asks of background's share (`share.BackgroundShare`)."""
+
+    def may_preempt(self) -> bool: ...
+    def seq_reserve(self, waiting: dict[str, deque[Request]]) -> int: ...
+    def decodes_wait(self, num_background: int, call_tokens: float) -> bool: ...
+    def first_chunk(self, reserve: int, room: int) -> int: ...
+    def share_tokens(self) -> int: ...
+
+
+class Filler(Protocol):
+    """What a layout asks of placement (`placement.Placement`) to fill a step."""
+
+    share: Owed
+
+    def fill(self, step: Step, plan: StepPlan, *, interactive: bool, budget: int) -> int: ...
+    def first_token_room(self, step: Step, plan: StepPlan, left: int) -> int: ...
+    def shape(self, step: Step, plan: StepPlan) -> StepShape: ...
 
 
 class CacheLayout(Protocol):
@@ -44,11 +62,11 @@ class CacheLayout(Protocol):
         """The longest sequence an interactive request may hold, given the model's contexts (`info`)."""
         ...
 
-    def background_victim(self, pools: KVPools, share: BackgroundShare) -> Request | None:
+    def background_victim(self, pools: KVPools, share: Owed) -> Request | None:
         """The background sequence an interactive request that does not fit preempts (None: none does)."""
         ...
 
-    def seqs_kept(self, share: BackgroundShare, waiting: dict[str, deque[Request]]) -> int:
+    def seqs_kept(self, share: Owed, waiting: dict[str, deque[Request]]) -> int:
         """Sequence ids an interactive admission leaves free for background waiting below its share."""
         ...
 
@@ -65,7 +83,7 @@ class CacheLayout(Protocol):
         """The decode step of `n` readers over `cells` beside `num_background` background decodes."""
         ...
 
-    def background_decodes_wait(self, share: BackgroundShare, num_background: int, call_tokens: float) -> bool:
+    def background_decodes_wait(self, share: Owed, num_background: int, call_tokens: float) -> bool:
         """Background decodes sit out a step in which an interactive prompt is read or a held output written."""
         ...
 
@@ -73,7 +91,7 @@ class CacheLayout(Protocol):
         """Decode calls background makes of its own beside interactive work in one step (each paid for)."""
         ...
 
-    def fill(self, placement: Placement, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
+    def fill(self, placement: Filler, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
         """Place prefill chunks and embedding inputs in the `left` tokens of a step (`reserve` of
         them kept for background when it is owed them)."""
         ...
@@ -88,11 +106,11 @@ class OneCache:
     def interactive_max_seq_len(self, info) -> int:
         return info.max_seq_len
 
-    def background_victim(self, pools: KVPools, share: BackgroundShare) -> Request | None:
+    def background_victim(self, pools: KVPools, share: Owed) -> Request | None:
         victim = pools.victim(Pool.MAIN)
         return victim if victim is not None and not victim.interactive and share.may_preempt() else None
 
-    def seqs_kept(self, share: BackgroundShare, waiting: dict[str, deque[Request]]) -> int:
+    def seqs_kept(self, share: Owed, waiting: dict[str, deque[Request]]) -> int:
         return share.seq_reserve(waiting)
 
     def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
@@ -105,13 +123,13 @@ class OneCache:
         n, cells = n + num_background, cells + background_cells
         return StepShape(1, n, n * cells / 1000.0, n)
 
-    def background_decodes_wait(self, share: BackgroundShare, num_background: int, call_tokens: float) -> bool:
+    def background_decodes_wait(self, share: Owed, num_background: int, call_tokens: float) -> bool:
         return False  # they ride the readers' decode call
 
     def own_calls(self, num_background: int, num_interactive: int, num_embedding: int) -> int:
         return 0
 
-    def fill(self, placement: Placement, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
+    def fill(self, placement: Filler, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
         """Interactive prefill first, leaving background's reserve; background takes the rest (within
         what a first interactive token allows it); interactive work takes what background left."""
         used = placement.fill(step, plan, interactive=True, budget=left - reserve)
@@ -134,10 +152,10 @@ class TwoCaches:
     def interactive_max_seq_len(self, info) -> int:
         return min(info.interactive_max_seq_len, self.interactive_cells)
 
-    def background_victim(self, pools: KVPools, share: BackgroundShare) -> Request | None:
+    def background_victim(self, pools: KVPools, share: Owed) -> Request | None:
         return None  # background's cells are not the ones an interactive request needs
 
-    def seqs_kept(self, share: BackgroundShare, waiting: dict[str, deque[Request]]) -> int:
+    def seqs_kept(self, share: Owed, waiting: dict[str, deque[Request]]) -> int:
         return 0
 
     def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
@@ -153,13 +171,13 @@ class TwoCaches:
             shape = shape.plus(StepShape(1, m, m * background_cells / 1000.0, m))
         return shape
 
-    def background_decodes_wait(self, share: BackgroundShare, num_background: int, call_tokens: float) -> bool:
+    def background_decodes_wait(self, share: Owed, num_background: int, call_tokens: float) -> bool:
         return share.decodes_wait(num_background, call_tokens)
 
     def own_calls(self, num_background: int, num_interactive: int, num_embedding: int) -> int:
         return (num_background > 0) + (num_embedding > 0) if num_interactive else 0
 
-    def fill(self, placement: Placement, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
+    def fill(self, placement: Filler, step: Step, plan: StepPlan, left: int, reserve: int) -> None:
         """Background tokens cost a decode call of their own (and attend over long documents), so
         background's owed chunk goes first (`BackgroundShare.first_chunk`); interactive prefill
         takes what the aim leaves beside it, and background fills whatever is left after that."""
@@ -176,7 +194,7 @@ class TwoCaches:
         room = self._room(placement, step, plan, left - used)
         placement.fill(step, plan, interactive=False, budget=placement.first_token_room(step, plan, room))
 
-    def _room(self, placement: Placement, step: Step, plan: StepPlan, left: int) -> int:
+    def _room(self, placement: Filler, step: Step, plan: StepPlan, left: int) -> int:
         """Background's part of what is left of the step, costed in its own cache: its tokens cost
         more (long documents, maybe a decode call of its own) than the ones the budget assumed."""
         fits = step.cost.tokens_within(step.aim, placement.shape(step, plan), step.cells[Pool.MAIN],

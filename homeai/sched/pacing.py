@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.request import Request
 
-if TYPE_CHECKING:
-    from homeai.sched.layout import CacheLayout
+
+class ReaderShapes(Protocol):
+    """What pacing asks of the cache layout (`layout.py`): how background weighs on the readers."""
+
+    def background_cells(self, request: Request) -> int: ...
+    def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape: ...
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,7 @@ class Pacing:
         budget = max(min(tokens, self.max_step_tokens), floor, num_decoding + way_back)
         return min(max(int(budget * self.shrink), num_decoding + 1), self.max_step_tokens)
 
-    def readers(self, running: list[Request], targets: dict[str, float], layout: CacheLayout) -> Readers:
+    def readers(self, running: list[Request], targets: dict[str, float], layout: ReaderShapes) -> Readers:
         readers = [r for r in running if r.interactive]
         background = [r for r in running if not r.interactive]
         return Readers(len(readers), min((r.priority for r in readers), default=0),
@@ -138,7 +142,7 @@ class Pacing:
                        sum(layout.background_cells(r) for r in background))
 
     def readers_keep_pace(self, cost: StepCostModel, readers: Readers, request: Request, target_ms: float,
-                          layout: CacheLayout) -> bool:
+                          layout: ReaderShapes) -> bool:
         """Admitting one more interactive sequence keeps the readers' decode step within
         `readers_aim` of the pace once every one of them, the new one too, has its typical length.
 

@@ -27,17 +27,14 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from typing import TYPE_CHECKING, Callable
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from homeai.sched.kv import KVManager
 from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix, reusable
 from homeai.sched.request import Kind, Request
-
-if TYPE_CHECKING:
-    from homeai.sched.layout import CacheLayout
 
 
 class Pool(enum.Enum):
@@ -81,12 +78,12 @@ class PromptCache:
 
 
 class KVPools:
-    def __init__(self, *, num_cells: int, num_seqs: int, layout: CacheLayout, embed_cells: int, embed_seqs: int,
+    def __init__(self, *, caches: dict[Pool, KVManager], interactive: Pool, embed_cells: int, embed_seqs: int,
                  prompt_cache: PromptCache = PromptCache()):
-        self.layout = layout
-        self.kv = {**layout.caches(num_cells, num_seqs), Pool.EMBED: KVManager(embed_cells, embed_seqs)}
-        # Where the interactive lanes' sequences live: their own cache, or the main one beside background.
-        self.interactive = layout.interactive_pool
+        """`caches`: the generating caches the layout made (`layout.py`); `interactive`: the one the
+        interactive lanes' sequences live in (their own, or the main one beside background)."""
+        self.kv = {**caches, Pool.EMBED: KVManager(embed_cells, embed_seqs)}
+        self.interactive = interactive
         self.generating = tuple(p for p in GENERATE if p in self.kv)
         self.running: list[Request] = []  # generating sequences, in admission order
         self.embedding: list[Request] = []  # embedding inputs admitted and not yet done

@@ -88,8 +88,8 @@ class Scheduler:
     def __init__(self, policies: dict[str, LanePolicy], limits: SchedulerLimits, policy: Policy = HOMEAI):
         self.policies, self.limits, self.policy = policies, limits, policy
         self.layout = cache_layout(limits.interactive_cells)  # chosen once: every rule that differs asks it
-        self.pools = KVPools(num_cells=limits.num_cells, num_seqs=limits.num_seqs,
-                             layout=self.layout, embed_cells=limits.embed_max_tokens,
+        self.pools = KVPools(caches=self.layout.caches(limits.num_cells, limits.num_seqs),
+                             interactive=self.layout.interactive_pool, embed_cells=limits.embed_max_tokens,
                              embed_seqs=limits.embed_max_seqs,
                              prompt_cache=PromptCache(limits.prompt_cache, limits.prompt_cache_max_cells,
                                                       shared=limits.prompt_cache_shared))
@@ -103,7 +103,7 @@ class Scheduler:
                                      max_credit=max(limits.embed_max_tokens, limits.max_step_tokens))
         self.waiting: dict[str, deque[Request]] = {name: deque() for name in policies}
         self.admission = Admission(policies, self.waiting, self.pools, self.pacing, self.share, policy,
-                                   limits.embed_chunked, limits.member_seq_share, self._start)
+                                   limits.embed_chunked, limits.member_seq_share, self._start, self.layout)
         self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
         self.requests: dict[str, Request] = {}
@@ -200,7 +200,8 @@ class Scheduler:
             self.layout.fill(self.placement, step, plan, left, reserve)
         if usable is not None or step.deferred > 0:  # background is backlogged: owed its share, once the step ran
             interactive = {r.request_id for r in self.running if r.interactive}
-            plan.background = self.share.due(plan, interactive, call_tokens=self.cost.call_tokens())
+            plan.background = self.share.due(plan, interactive, call_tokens=self.cost.call_tokens(),
+                                             own_calls=self.layout.own_calls)
         else:
             self.share.forget()
         plan.shape = self.placement.shape(step, plan)

@@ -25,11 +25,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import Callable
 
 from homeai.sched.plan import BackgroundDue, StepPlan
 from homeai.sched.pools import KVPools, Pool
 from homeai.sched.request import Kind, Request
 from lanes.base import LanePolicy
+
+# The layout's: decode calls background makes of its own beside interactive work, from the step's
+# background, interactive and embedding items.
+OwnCalls = Callable[[int, int, int], int]
 
 
 class BackgroundShare:
@@ -89,15 +94,15 @@ class BackgroundShare:
         debt covers it or its lane (embeddings, indexing) is overdue."""
         return n <= self.credit or lane in overdue
 
-    def due(self, plan: StepPlan, interactive: set[str], *, call_tokens: float) -> BackgroundDue:
+    def due(self, plan: StepPlan, interactive: set[str], *, call_tokens: float, own_calls: OwnCalls) -> BackgroundDue:
         """What a step owes background while it is backlogged: `min_share` of the step's tokens;
         and what it pays: the tokens background got and, for each decode call of its own beside
-        interactive work (`interactive`: the ids of interactive requests), the call's fixed cost
-        in tokens' worth. Settled only if the step runs (`settle`)."""
+        interactive work (`own_calls`, the layout's; `interactive`: the ids of interactive
+        requests), the call's fixed cost in tokens' worth. Settled only if the step runs (`settle`)."""
         generating, embedding = plan.generating, plan.batches[Pool.EMBED]
         background = [i for i in generating if i.request_id not in interactive]
         got = sum(len(i.tokens) for i in background) + sum(len(i.tokens) for i in embedding)
-        calls = self.pools.layout.own_calls(len(background), len(generating) - len(background), len(embedding))
+        calls = own_calls(len(background), len(generating) - len(background), len(embedding))
         if calls:
             got += call_tokens * calls
         return BackgroundDue(self.min_share * plan.num_tokens, got)
