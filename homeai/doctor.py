@@ -1,13 +1,21 @@
-"""`homeai doctor`: the facts a user needs when the box is slow or broken, without loading a model."""
+"""`homeai doctor`: the facts a user needs when the box is slow or broken, without loading a model,
+and warnings: the embedded demo model served, a model and its KV caches larger than the memory it
+sees (the GPU's with layers offloaded, by nvidia-smi; else RAM).
+"""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from homeai import __version__, threads
+from homeai import catalog
 from homeai.config import Config
+from homeai.gguf_header import context_length, kv_bytes_per_cell, metadata
 from homeai.models import embedded_gguf, embedding_model, generation_model
+
+MEMORY_SLACK = 0.9  # llama.cpp's compute buffers, the CUDA context and the system need the rest
 
 
 def _size(path: Path) -> str:
@@ -42,9 +50,10 @@ def facts(cfg: Config) -> dict:
         model = generation_model(cfg)
         out["model"] = f"{model} ({_size(model)})" + (" [embedded]" if model == embedded_gguf() else "")
         out["chat_template"] = _chat_template(model)
+        out["kv_caches"] = _kv_caches(cfg, model)
     except FileNotFoundError as e:
         out["model"] = f"MISSING: {e}"
-        out["chat_template"] = "unknown (no model)"
+        out["chat_template"] = out["kv_caches"] = "unknown (no model)"
     emb = embedding_model(cfg)
     out["embedding_model"] = f"{emb} ({_size(emb)})" if emb else "the generation model, mean-pooled"
     out["speech_model"] = _speech_model(cfg)
@@ -56,7 +65,68 @@ def facts(cfg: Config) -> dict:
     else:
         out["database"] = url.split("@")[-1]
     out["listen"] = f"{cfg.server.host}:{cfg.server.port} (auth {'required' if cfg.auth.required else 'off'})"
+    out["memory"], out["warnings"] = _memory_facts(cfg, backend["gpu_offload"])
     return out
+
+
+def _memory_facts(cfg: Config, gpu_offload: bool) -> tuple[str, list[str]]:
+    """What the model and its caches take beside the memory there is, and the warnings that follow."""
+    try:
+        model, embedding = generation_model(cfg), embedding_model(cfg)
+    except FileNotFoundError:
+        return "unknown (no model)", []
+    warnings = []
+    if model == embedded_gguf():
+        warnings.append("the served model is the embedded SmolLM2-135M, a demo: it repeats itself and cannot call "
+                        "Home Assistant's tools. Pull a real one (`homeai pull`, README: models that fit this box) "
+                        "and set model.path to its name")
+    where, total = _memory(gpu_offload and cfg.model.n_gpu_layers != 0)
+    models = catalog.folder(cfg.data_dir)
+    weights = _model_bytes(model, models) + (_model_bytes(embedding, models) if embedding else 0)
+    kv, cells = _kv_bytes(cfg, model, embedding or model, total)
+    needed = weights + kv
+    fact = f"{needed / 1e9:.2f} GB (weights {weights / 1e9:.2f} GB + KV {kv / 1e9:.2f} GB, {cells}) of {where}'s " \
+           f"{total / 1e9:.1f} GB"
+    if needed > MEMORY_SLACK * total:
+        warnings.append(f"the model and its KV caches need about {needed / 1e9:.1f} GB but {where} has "
+                        f"{total / 1e9:.1f} GB: lower model.n_ctx and model.interactive_n_ctx, or pull a smaller "
+                        f"model or quantisation")
+    return fact, warnings
+
+
+def _kv_bytes(cfg: Config, model: Path, embedder: Path, total: int) -> tuple[int, str]:
+    """KV bytes at f16 of the configured caches; a cache sized from the model (n_ctx 0, interactive_n_ctx -1)
+    counts its training context, within `model.kv_memory_share` of the memory."""
+    m, meta = cfg.model, metadata(model)
+    per_cell = kv_bytes_per_cell(meta) or 0
+    fixed = sum(n for n in (m.n_ctx, m.interactive_n_ctx) if n > 0)
+    num_auto = (m.n_ctx == 0) + (m.interactive_n_ctx == -1)
+    auto = num_auto * (context_length(meta) or 0) * per_cell
+    if num_auto:
+        auto = min(auto, int(getattr(m, "kv_memory_share", 1.0) * total))
+    embed = m.embed_n_ctx * (kv_bytes_per_cell(metadata(embedder)) or 0)
+    text = f"{fixed + m.embed_n_ctx:,} cells configured" + (f", {num_auto} cache(s) sized from the model" * bool(num_auto))
+    return fixed * per_cell + auto + embed, text
+
+
+def _model_bytes(path: Path, models: Path) -> int:
+    """A model's bytes: a split model's every part (the catalog knows them), else its one file."""
+    for model in catalog.listed(models):
+        if model.path.resolve() == path.resolve():
+            return model.size
+    return path.stat().st_size
+
+
+def _memory(on_gpu: bool) -> tuple[str, int]:
+    """The first NVIDIA GPU's memory when layers are offloaded (nvidia-smi), else the machine's RAM."""
+    if on_gpu:
+        try:
+            answer = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                                    capture_output=True, text=True, timeout=10, check=True)
+            return "the GPU", int(answer.stdout.split()[0]) * 1024 * 1024
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            pass
+    return "RAM", os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def _chat_template(model: Path) -> str:
@@ -67,6 +137,16 @@ def _chat_template(model: Path) -> str:
         return chat_template_choice(model).description
     except RunnerError as e:
         return f"UNKNOWN: {e}"
+
+
+def _kv_caches(cfg: Config, model: Path) -> str:
+    """Cells and bytes of each generation cache, and how they were sized (homeai.engine.kvsize)."""
+    from homeai.engine.runner import kv_sizes
+
+    sizes = kv_sizes(cfg.model, model)
+    if sizes is None:
+        return "sized when the model loads (its GGUF does not say its shape)"
+    return "; ".join(f"{name}: {value}" for name, value in sizes.describe().items())
 
 
 def _threads(cfg: Config) -> str:
@@ -94,9 +174,10 @@ def render(info: dict) -> str:
               "cuda_graphs": "CUDA graphs",
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
-              "model": "generation model", "chat_template": "chat template", "embedding_model": "embedding model",
+              "model": "generation model", "chat_template": "chat template", "kv_caches": "KV caches",
+              "embedding_model": "embedding model",
               "speech_model": "speech model", "data_dir": "data directory", "database": "database",
-              "listen": "listens on"}
+              "listen": "listens on", "memory": "model memory"}
     lines = []
     for key, label in labels.items():
         value = info[key]
@@ -105,6 +186,7 @@ def render(info: dict) -> str:
         if isinstance(value, bool):
             value = "yes" if value else "no"
         lines.append(f"{label:28} {value}")
+    lines += [f"warning: {w}" for w in info["warnings"]]
     if not info["gpu_offload"]:
         lines.append("hint: this llama.cpp build is CPU-only; for an NVIDIA GPU reinstall llama-cpp-python with "
                      "CMAKE_ARGS=\"-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=<arch>\" (see README)")
