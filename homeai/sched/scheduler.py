@@ -46,7 +46,16 @@ from homeai.sched.step import Admissions, Moment, Step
 from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
 
-__all__ = ["Output", "QueueFull", "ScheduledItem", "Scheduler", "SchedulerLimits", "StepPlan", "StepResult"]
+__all__ = ["Output", "QueueFull", "ScheduledItem", "Scheduler", "SchedulerLimits", "StepPlan", "StepResult",
+           "UnknownLane"]
+
+
+class UnknownLane(ValueError):
+    """A lane with no policy: the one check that a lane exists (`Scheduler.lane`)."""
+
+    def __init__(self, lane: str, known):
+        super().__init__(f"unknown lane {lane!r} (known: {', '.join(known)})")
+        self.lane = lane
 
 
 class QueueFull(Exception):
@@ -113,10 +122,15 @@ class Scheduler:
 
     # ---- requests in and out -------------------------------------------------------
 
-    def add_request(self, request: Request) -> None:
-        policy = self.policies.get(request.lane)
+    def lane(self, name: str) -> LanePolicy:
+        """A lane's policy; raises `UnknownLane`."""
+        policy = self.policies.get(name)
         if policy is None:
-            raise ValueError(f"unknown lane {request.lane!r} (known: {', '.join(self.policies)})")
+            raise UnknownLane(name, self.policies)
+        return policy
+
+    def add_request(self, request: Request) -> None:
+        policy = self.lane(request.lane)
         queue = self.waiting[request.lane]
         if len(queue) >= policy.max_queue:
             raise QueueFull(request.lane, policy.max_queue)
