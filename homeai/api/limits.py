@@ -5,8 +5,8 @@
   the count going over raises `RaisedInBody(ApiError)` from inside body parsing (FastAPI lets
   HTTPExceptions through there untouched, so the app's handler shapes it).
 * Messages and answer length: the service's `check_limits`, as `check_generation` here (400 over
-  `server.max_messages` or `server.max_output_tokens`; answers also end at the context's edge, and prompts longer than the
-  context are refused by the engine).
+  `server.max_messages` or `server.max_output_tokens`; answers also end at the context's edge, and
+  prompts longer than the context are refused by the engine).
 * Open sockets per member: `PerMember`, a counter the voice socket holds one unit of
   (`server.max_websockets_per_member`); until it has a token it holds one of its client
   address's instead (`server.max_unauthenticated_websockets_per_address`, another `PerMember`

@@ -92,6 +92,7 @@ class Answer:
         self.calls = plan.stream() if plan is not None else None
         self.sent: list[ToolCall] = []
         self.text = ""  # every piece of the reply so far, calls included
+        self.num_output_tokens = 0  # tokens read so far (an answer cut short has some too)
         self.read = False
 
     @property
@@ -130,6 +131,7 @@ class Answer:
 
     def _token(self, event: TokenEvent) -> list[Event]:
         self.text += event.text
+        self.num_output_tokens += 1
         tokens = (event,) if self.with_tokens else ()
         text = self.calls.feed(event.text) if self.calls is not None else event.text
         out: list[Event] = [Text(text, tokens)] if text or tokens else []

@@ -107,7 +107,8 @@ class Service:
                               max_tokens_param=max_tokens_param)
 
     def _check(self, ask: ChatAsk | CompletionAsk) -> None:
-        num_messages = len(ask.messages) if isinstance(ask, ChatAsk) else 0
+        # A conversation fitted to the context ("latest": household, voice) has no message count to exceed.
+        num_messages = len(ask.messages) if isinstance(ask, ChatAsk) and ask.fit == "refuse" else 0
         self.check_limits(max_tokens=ask.sampling.max_tokens, num_messages=num_messages,
                           max_tokens_param=ask.sampling.max_tokens_param)
 

@@ -13,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from homeai.api import errors
 from homeai.api import jobs as jobs_api
 from homeai.jobs.service import JobService
 from tests.jobs.conftest import TOPICS, jobs_config, write_docs
@@ -37,6 +38,7 @@ def client(tmp_path, store, make_engine):
     service = JobService(cfg, make_engine(), store).start()
     app = FastAPI()
     app.include_router(jobs_api.router)
+    errors.install(app)  # the app's error handlers: an ApiError (the service's ServiceError) is no HTTPException
     # What the real app keeps: the runtime (auth reads its config and the store) and the job service.
     app.state.runtime, app.state.jobs = SimpleNamespace(cfg=cfg, sessions=store), service
     with TestClient(app) as client:
