@@ -18,11 +18,20 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
 
 An interactive request is admitted only while the readers keep their pace (`pacing.py`). KV
 admission reserves cells (`pools.py`); with one cache for every lane, an interactive request
-that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. A member
+that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. Wherever
+a sequence is preempted (admission, a sequence growing, llama.cpp finding no KV slot), background
+down to its minimum share keeps its cells while an interactive sequence can give way. A member
 holds at most its share of the interactive readers while another member waits for one (`members.py`).
+Whether the interactive lanes have a cache of their own is chosen once (`layout.py`).
 Every rule of a step reads one `Step`, built once when the step begins (`step.py`); a hold on
 background (a voice turn's pause) is an input to `schedule()`. A `Policy` may change the candidates' order,
 admission and the budget (the benchmark's baselines do).
+
+Accounting follows what ran (as vLLM v1's `update_from_output`): `schedule()` only plans; the
+tokens computed, fair share's charges and background's credit are settled in `update()` from
+the plan that ran. A step that found no KV slot settles none of it, nor does one that raised
+(`fail()`: its requests end with an error). A request's status has one writer: the lifecycle
+methods here (`_start`, `_requeue`, `_finish`).
 """
 
 from __future__ import annotations
