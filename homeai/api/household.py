@@ -16,30 +16,28 @@ An answer streams as server-sent events, `data: {json}` with a `type` (the voice
 is stored when it ends, however it ends: a stop keeps what was said so far. Closing the
 stream aborts the sequence, and so does `/stop`; one answer per conversation at a time.
 Answers are on the chat lane: a member who may not use it gets a 403 naming the lanes they may.
+`homeai.api.household_answer` formats an answer's stream as these events and stores it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Path, Response
 from fastapi.responses import StreamingResponse
 from pydantic import Field
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from homeai.api.auth import Caller, CurrentMember, allow_lane
 from homeai.api.deps import EngineDep, RuntimeDep
-from homeai.api.errors import ApiError, error_body
+from homeai.api.errors import ApiError
+from homeai.api.household_answer import AnswerEvents, AnswerResponse, Inflight, InflightDep, Reply, message_json
 from homeai.api.limits import check_generation
 from homeai.api.schemas import RequestBody
-from homeai.api.streaming import SSE_HEADERS, sse
 from homeai.api.submit import off_loop
-from homeai.engine.engine import Engine, PromptTooLong, RequestStream, TokenEvent
+from homeai.engine.engine import Engine, PromptTooLong
 from homeai.sched.request import SamplingParams
 from homeai.store import conversations as convs
 from homeai.store.models import Conversation, Message
@@ -78,58 +76,6 @@ class Send(Generate):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
 
 
-# ---- answers in flight ----------------------------------------------------------------
-
-
-@dataclass
-class Slot:
-    stream: RequestStream | None = None  # None while the prompt is being prepared
-    stop_requested: bool = False
-
-
-@dataclass
-class Inflight:
-    """The answer being generated per (member, conversation); touched only on the event loop."""
-
-    slots: dict[tuple[str, int], Slot] = field(default_factory=dict)
-
-    def claim(self, key: tuple[str, int]) -> Slot:
-        if key in self.slots:
-            raise ApiError(409, "an answer is already being generated in this conversation; stop it first",
-                           code="answer_in_progress")
-        slot = self.slots[key] = Slot()
-        return slot
-
-    def attach(self, slot: Slot, stream: RequestStream) -> None:
-        slot.stream = stream
-        if slot.stop_requested:
-            stream.abort()
-
-    def release(self, key: tuple[str, int], slot: Slot) -> None:
-        if self.slots.get(key) is slot:
-            del self.slots[key]
-
-    def stop(self, key: tuple[str, int]) -> bool:
-        slot = self.slots.get(key)
-        if slot is None:
-            return False
-        slot.stop_requested = True
-        if slot.stream is not None:
-            slot.stream.abort()
-        return True
-
-
-def get_inflight(request: Request) -> Inflight:
-    state = request.app.state
-    inflight = getattr(state, "household_inflight", None)
-    if inflight is None:  # no await in between: nothing else on the loop can race this
-        inflight = state.household_inflight = Inflight()
-    return inflight
-
-
-InflightDep = Annotated[Inflight, Depends(get_inflight)]
-
-
 # ---- conversations --------------------------------------------------------------------
 
 
@@ -152,7 +98,7 @@ def create_conversation(body: NewConversation, runtime: RuntimeDep, member: Curr
 def get_conversation(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMember) -> dict:
     with runtime.sessions() as session:
         conversation = _owned(session, member, conversation_id)
-        return {**_conversation(conversation), "messages": [_message(m) for m in conversation.messages]}
+        return {**_conversation(conversation), "messages": [message_json(m) for m in conversation.messages]}
 
 
 @router.patch("/{conversation_id}")
@@ -189,7 +135,7 @@ async def send_message(conversation_id: ConversationId, body: Send, runtime: Run
                        member: CurrentMember, inflight: InflightDep) -> StreamingResponse:
     check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
 
-    def prepare(loop) -> Answer:
+    def prepare(loop) -> Reply:
         member_id = member.member_id
         with runtime.sessions() as session:
             conversation = _owned(session, member, conversation_id)
@@ -206,7 +152,7 @@ async def send_message(conversation_id: ConversationId, body: Send, runtime: Run
                 if is_first:
                     convs.rename_conversation(session, member_id=member_id, conversation_id=conversation_id,
                                               title=body.content)
-                answer.first_events.append({"type": "message.user", "message": _message(stored)})
+                answer.first_events.append({"type": "message.user", "message": message_json(stored)})
         except BaseException:
             answer.stream.abort()
             raise
@@ -222,7 +168,7 @@ async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, engin
     body = body or Generate()
     check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
 
-    def prepare(loop) -> Answer:
+    def prepare(loop) -> Reply:
         member_id = member.member_id
         with runtime.sessions() as session:
             messages = list(_owned(session, member, conversation_id).messages)
@@ -249,117 +195,22 @@ def stop(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMe
     return {"stopped": False}
 
 
-@dataclass
-class Answer:
-    """One answer on its way: the engine's stream and what storing it needs."""
-
-    stream: RequestStream
-    num_prompt_tokens: int
-    member_id: int = 0
-    replaces: list[int] = field(default_factory=list)
-    first_events: list[dict] = field(default_factory=list)
-
-    def abort(self) -> None:
-        self.stream.abort()
-
-
 async def _answer(runtime, engine: Engine, inflight: Inflight, member: Caller, conversation_id: int,
-                  prepare: Callable[[asyncio.AbstractEventLoop], Answer]) -> StreamingResponse:
+                  prepare: Callable[[asyncio.AbstractEventLoop], Reply]) -> StreamingResponse:
     allow_lane(member, LANE)  # a member who may not use the chat lane gets a 403 naming theirs
     key = (member.name, conversation_id)
     slot = inflight.claim(key)
     loop = asyncio.get_running_loop()
     try:
-        answer = await off_loop(lambda: prepare(loop), engine=engine, lane=LANE, prompt_param="content")
+        reply = await off_loop(lambda: prepare(loop), engine=engine, lane=LANE, prompt_param="content")
     except BaseException:
         inflight.release(key, slot)
         raise
-    inflight.attach(slot, answer.stream)
-    return AnswerResponse(AnswerEvents(runtime, conversation_id, answer, lambda: inflight.release(key, slot)))
+    inflight.attach(slot, reply.stream)
+    return AnswerResponse(AnswerEvents(runtime, conversation_id, reply, lambda: inflight.release(key, slot)))
 
 
-class AnswerEvents:
-    """The events of one answer, and storing it exactly once, however it ends."""
-
-    def __init__(self, runtime, conversation_id: int, answer: Answer, release: Callable[[], None]):
-        self.runtime, self.conversation_id, self.answer, self.release = runtime, conversation_id, answer, release
-        self.parts: list[str] = []
-        self.num_tokens = 0
-        self._lock = threading.Lock()
-        self._saved = False
-        self._message: dict | None = None
-
-    async def __aiter__(self) -> AsyncIterator[str]:
-        answer, stream = self.answer, self.answer.stream
-        for event in answer.first_events:
-            yield sse(event)
-        async for event in stream:
-            if isinstance(event, TokenEvent):
-                self.num_tokens += 1
-                if event.text:
-                    yield self._delta(event.text)
-        finish = stream.finished
-        if finish.text:
-            yield self._delta(finish.text)
-        message = await asyncio.to_thread(self.save)
-        if finish.reason == "error":
-            yield sse({"type": "error", **error_body(f"generation failed: {finish.error}", "server_error",
-                                                      "generation_failed")})
-            return
-        yield sse({"type": "response.done", "message": message, "finish_reason": finish.reason,
-                   "replaces": answer.replaces if message else [],
-                   "usage": {"prompt_tokens": answer.num_prompt_tokens, "completion_tokens": self.num_tokens}})
-
-    def _delta(self, text: str) -> str:
-        self.parts.append(text)
-        return sse({"type": "response.delta", "text": text})
-
-    def save(self) -> dict | None:
-        """Store the answer (once: from the stream's end, or from `close` when the client left)."""
-        with self._lock:
-            if not self._saved:
-                self._saved = True
-                self._message = _store_answer(self.runtime, self.conversation_id, self.answer,
-                                              "".join(self.parts), self.num_tokens)
-            return self._message
-
-    def close(self) -> None:
-        self.release()
-        if self.answer.stream.finished is None:  # the client went away: free the sequence within one step
-            self.answer.stream.abort()
-        self.save()  # a no-op when stored already; a cancelled task cannot await, so a short sync write
-
-
-class AnswerResponse(StreamingResponse):
-    """A stream of answer events that cleans up when the response ends, however it ends: when
-    the client leaves while a chunk is being sent, Starlette never closes the generator."""
-
-    def __init__(self, events: AnswerEvents):
-        super().__init__(aiter(events), media_type="text/event-stream", headers=SSE_HEADERS)
-        self.events = events
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.events.close()
-
-
-def _store_answer(runtime, conversation_id: int, answer: Answer, text: str, num_tokens: int) -> dict | None:
-    """Store the answer, replacing the one regenerated; nothing when there is no text."""
-    if not text:
-        return None
-    with runtime.sessions() as session:
-        for old in session.scalars(select(Message).where(Message.id.in_(answer.replaces),
-                                                         Message.conversation_id == conversation_id)):
-            session.delete(old)
-        message = convs.add_message(session, member_id=answer.member_id, conversation_id=conversation_id,
-                                    role="assistant", content=text, prompt_tokens=answer.num_prompt_tokens,
-                                    output_tokens=num_tokens)  # commits the deletes with it
-        return _message(message) if message is not None else None
-
-
-def _submit(engine: Engine, member: Caller, history: list[dict], params: SamplingParams, loop) -> Answer:
+def _submit(engine: Engine, member: Caller, history: list[dict], params: SamplingParams, loop) -> Reply:
     """Queue the latest turns that fit (the chat lane leaves room for the answer) on the chat lane."""
     runner = engine.runner
     limit = chat_lane.prompt_limit(engine.max_seq_len_for(LANE), params.max_tokens)
@@ -369,7 +220,7 @@ def _submit(engine: Engine, member: Caller, history: list[dict], params: Samplin
     except chat_lane.TooLong as e:  # the engine's refusal, so every route reports it alike
         raise PromptTooLong(e.num_tokens, e.limit) from None
     stream = engine.submit(tokens, lane=LANE, member=member.name, params=params, loop=loop)  # refusals: off_loop
-    return Answer(stream, len(tokens))
+    return Reply(stream, len(tokens))
 
 
 # ---- store helpers --------------------------------------------------------------------
@@ -396,6 +247,3 @@ def _conversation(c: Conversation) -> dict:
             "updated_at": c.updated_at.isoformat()}
 
 
-def _message(m: Message) -> dict:
-    return {"id": m.id, "role": m.role, "content": m.content, "created_at": m.created_at.isoformat(),
-            "prompt_tokens": m.prompt_tokens, "output_tokens": m.output_tokens}

@@ -18,7 +18,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
-from homeai.api.schemas import find_invalid_text
+from homeai.service.text import find_invalid_text
 
 PROTOCOL_VERSION = "1.8.0"  # written in every header we send; clients do not check it
 

@@ -8,8 +8,9 @@
     ping                                     -> pong
 
 Audio is PCM16 (width 2) at 8..48 kHz with any number of channels, mixed down to mono here;
-the speech model resamples it to 16 kHz as it does for `/v1/voice`, on the same bounded pool,
-with the engine's background lanes held like a voice turn holds them (`speech.pause_background`).
+then handed to the service's one speech turn (`homeai.service.speech`), as `/v1/voice` hands its
+audio: resampled to 16 kHz, on the speech model's bounded pool, the engine's background lanes held
+while it is transcribed (`speech.pause_background`), speech's errors with the same codes and texts.
 A `WyomingError` (a bad frame, an event out of order, audio of another format than announced,
 an utterance over `speech.max_utterance_s` or over `wyoming.max_audio_bytes` buffered) or a
 client silent for `READ_TIMEOUT_S` gets an `error` event {text, code} and the connection closes,
@@ -32,7 +33,9 @@ import numpy as np
 
 from homeai import __version__
 from homeai.config import Config
-from homeai.speech.base import MAX_RATE, MIN_RATE, AudioError, SpeechBusy
+from homeai.service.errors import ServiceError
+from homeai.service.speech import Speech
+from homeai.speech.base import MAX_RATE, MIN_RATE
 from homeai.store.members import LaneNotAllowed, check_lane, lanes_of
 from homeai.wyoming.framing import Event, EventRefused, WyomingError, encode, read_event
 
@@ -86,6 +89,7 @@ class Session:
 
     def __init__(self, runtime, info: Event, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self.runtime, self.info, self.reader, self.writer = runtime, info, reader, writer
+        self.speech = Speech(runtime)
         self.max_bytes = runtime.cfg.wyoming.max_frame_bytes
         self.max_utterance_s = runtime.cfg.speech.max_utterance_s
         self.max_audio_bytes = runtime.cfg.wyoming.max_audio_bytes
@@ -111,6 +115,8 @@ class Session:
                     await handler(event)
         except WyomingError as e:
             await self._error(e.code, e.text)
+        except ServiceError as e:  # the speech turn's: no speech model, bad audio, a full pool
+            await self._error(e.code, e.message)
         except TimeoutError:
             await self._error("timeout", f"nothing received for {READ_TIMEOUT_S:g} s")
         finally:
@@ -170,19 +176,7 @@ class Session:
         await self.send(Event("transcript", {"text": text, "language": language}))
 
     async def _text(self, pcm: bytes, rate: int) -> tuple[str, str]:
-        stt = self.runtime.stt
-        if stt is None:
-            raise WyomingError("speech_unavailable", self.runtime.stt_error or "speech to text is still loading; "
-                               "retry shortly")
-        engine = self.runtime.engine
-        pause = engine is not None and self.runtime.cfg.speech.pause_background
-        try:
-            with engine.background_paused() if pause else contextlib.nullcontext():
-                transcript = await stt.transcribe_pcm16_async(pcm, rate, self.language)
-        except AudioError as e:
-            raise WyomingError("invalid_audio", str(e)) from None
-        except SpeechBusy as e:
-            raise WyomingError("speech_busy", str(e)) from None
+        transcript = await self.speech.transcribe(pcm, rate, self.language)
         log.debug("wyoming: transcribed %.1f s of audio in %.0f ms", transcript.duration_s, transcript.elapsed_ms)
         return transcript.text, transcript.language
 

@@ -214,7 +214,7 @@ def test_a_session_that_fails_unexpectedly_is_closed_with_1011(server, token, mo
     def broken(message):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(voice, "_settings", broken)
+    monkeypatch.setattr(voice, "parse_settings", broken)
     with voice_socket(server, token) as ws:
         ws.send(json.dumps({"type": "session.start", "sample_rate": 16000}))
         closed_with(ws, 1011)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from homeai.api.voice import MAX_MESSAGE_BYTES
+from homeai.api.voice_protocol import MAX_MESSAGE_BYTES
 from tests.api.conftest import api_config
 from tests.voice.conftest import heard, serve, silence, voice_client
 
