@@ -182,3 +182,30 @@ def test_no_network_says_so_in_one_line(hub, models, monkeypatch):
     error = refused(f"hf.co/{TINY}:Q8_0", models)
     assert error.status == 502 and str(error).startswith("cannot reach http://127.0.0.1:9: ConnectError")
     assert "\n" not in str(error)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """An 8 MB filesystem of its own (tmpfs), where this box lets the tests mount one (root); else skipped."""
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("cannot mount a small filesystem here (needs root)")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_disk_that_fills_up_during_the_pull_leaves_nothing_behind(hub, small_disk, monkeypatch, tiny_gguf):
+    models = small_disk / "models"
+    monkeypatch.setattr(pull, "RESERVE_BYTES", 0)
+
+    def someone_else_writes(step):  # once the download has begun, another program takes 4 MB of the 8
+        if step.completed and not (small_disk / "filler").exists():
+            (small_disk / "filler").write_bytes(bytes(4_000_000))
+
+    error = refused(f"hf.co/{TINY}:Q8_0", models, report=someone_else_writes)
+    assert error.status == 507 and "the disk filled up" in str(error)
+    assert not list(models.rglob("*.part")) and not list(models.rglob("*.gguf")) and not catalog.listed(models)
