@@ -24,13 +24,40 @@ def tiny_gguf(tmp_path_factory) -> bytes:
     return path.read_bytes()
 
 
+@pytest.fixture(scope="session")
+def tiny_split(tmp_path_factory, tiny_gguf) -> dict[str, bytes]:
+    """The tiny model split in three parts as llama.cpp's gguf-split writes them (`-0000k-of-00003.gguf`,
+    the tensors spread over the parts): file name -> bytes. llama.cpp loads it from the first part."""
+    import gguf
+
+    source = tmp_path_factory.mktemp("split") / "tiny.gguf"
+    source.write_bytes(tiny_gguf)
+    reader = gguf.GGUFReader(source)
+    out = source.parent / "out" / "split-Q8_0.gguf"
+    out.parent.mkdir()
+    writer = gguf.GGUFWriter(out, reader.fields["general.architecture"].contents(), split_max_tensors=8)
+    for name, field in reader.fields.items():
+        if not name.startswith("GGUF.") and name != "general.architecture":
+            array = field.types[0] == gguf.GGUFValueType.ARRAY
+            writer.add_key_value(name, field.contents(), field.types[0], sub_type=field.types[-1] if array else None)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, tensor.data, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    parts = {p.name: p.read_bytes() for p in sorted(out.parent.iterdir())}
+    assert list(parts) == [f"split-Q8_0-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    return parts
+
+
 def other_bytes(data: bytes, mark: bytes) -> bytes:
     """The same model with its last bytes (tensor data) changed: another file with a valid header."""
     return data[:-len(mark)] + mark
 
 
 @pytest.fixture
-def hub(tiny_gguf, monkeypatch):
+def hub(tiny_gguf, tiny_split, monkeypatch):
     from huggingface_hub import constants
 
     stand_in = Hub()
@@ -38,9 +65,8 @@ def hub(tiny_gguf, monkeypatch):
     stand_in.add(TINY, "tiny-Q4_K_M.gguf", other_bytes(tiny_gguf, b"q4km"))
     stand_in.add(TINY, "mmproj-tiny-F16.gguf", other_bytes(tiny_gguf, b"proj"))
     stand_in.add(TINY, "README.md", b"# tiny\n")
-    third = len(tiny_gguf) // 3 + 1
-    for i in range(3):
-        stand_in.add(SPLIT, f"Q8_0/split-Q8_0-0000{i + 1}-of-00003.gguf", tiny_gguf[i * third:(i + 1) * third])
+    for name, data in tiny_split.items():
+        stand_in.add(SPLIT, f"Q8_0/{name}", data)
     server, thread = start(stand_in)
     monkeypatch.setenv("HF_ENDPOINT", stand_in.url)
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE"):

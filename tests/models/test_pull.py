@@ -82,12 +82,12 @@ def test_an_unknown_repository_or_a_bad_name(hub, models):
     assert "acme/Safetensors has no GGUF files" in str(refused("acme/Safetensors", models))
 
 
-def test_a_split_model_is_fetched_whole(hub, models, tiny_gguf):
+def test_a_split_model_is_fetched_whole(hub, models, tiny_split):
     model = pull.pull(f"hf.co/{SPLIT}:Q8_0", models)
     assert model.name == f"hf.co/{SPLIT}:Q8_0" and len(model.files) == 3
     assert model.path.name == "split-Q8_0-00001-of-00003.gguf"
-    assert b"".join(f.path.read_bytes() for f in model.files) == tiny_gguf
-    assert model.size == len(tiny_gguf)
+    assert {f.path.name: f.path.read_bytes() for f in model.files} == tiny_split
+    assert model.size == sum(len(data) for data in tiny_split.values())
     hub.repos[SPLIT].pop("Q8_0/split-Q8_0-00002-of-00003.gguf")
     shutil.rmtree(models)
     assert "split in 3 parts but the repository has 2" in str(refused(f"hf.co/{SPLIT}:Q8_0", models))

@@ -1,0 +1,47 @@
+"""Switching the served model as a household does: pull a model split in parts (llama.cpp's gguf-split
+layout) from the hub stand-in, set `model.path` to its name, start the server, and ask it through
+the `ollama` client. The model has random weights (its answer is noise): what is checked is that
+the pulled parts load and answer, listed and described by their names.
+
+Run: .venv/bin/python -m pytest tests/models/test_serve_pulled.py
+"""
+
+from __future__ import annotations
+
+import ollama
+import pytest
+
+from homeai import pull
+from homeai.config import from_dict
+from homeai.engine.runner import Runner
+from homeai.models import generation_model
+from tests.api.conftest import TIMEOUT, serve
+from tests.models.conftest import SPLIT
+
+pytestmark = pytest.mark.model
+
+NAME = f"hf.co/{SPLIT}:Q8_0"
+
+
+def test_a_pulled_split_model_served_by_its_name(hub, tmp_path):
+    data = tmp_path / "data"
+    model = pull.pull(NAME, data / "models")
+    assert len(model.files) == 3
+    cfg = from_dict({"server": {"data_dir": str(data)}, "database": {"url": f"sqlite:///{tmp_path / 'h.db'}"},
+                     "model": {"path": NAME.lower(), "n_ctx": 1024, "interactive_n_ctx": 512, "n_batch": 256,
+                               "n_seq_max": 4, "embed_n_ctx": 256, "embed_n_seq_max": 4}}, "(test)")
+    assert generation_model(cfg) == model.path  # the first part: llama.cpp finds the others beside it
+    runner = Runner(cfg.model, generation_model(cfg))
+    try:
+        with serve(cfg, runner) as server:
+            client = ollama.Client(host=server.url, timeout=TIMEOUT)
+            served = f"{server.runtime.models['generate'].id}:latest"
+            assert served == "split-Q8_0-00001-of-00003:latest"
+            assert {m.model for m in client.list().models} == {served, NAME}
+            assert [m.model for m in client.ps().models] == [served]
+            assert client.show(NAME.lower()).details.quantization_level == "Q8_0"
+            answer = client.generate(model=served, prompt="Hello", options={"num_predict": 4, "seed": 1})
+            assert answer.done and answer.eval_count > 0
+            assert client.pull(NAME).status == "success"  # served already: nothing downloaded
+    finally:
+        runner.close()
