@@ -1,6 +1,6 @@
 """What the box is doing, as typed values: each lane's policy and live state, each KV cache's
 use, and the prompt cache's hits (the lane's, and each member's own). The engine builds it
-under its lock; `api/lanes.py` turns it into the `/api/lanes` JSON and `api/metrics.py` into
+under its lock; `api/lanes.py` turns it into the `/api/lanes` JSON and `api/prometheus.py` into
 gauges, each showing a member who is not an admin only what tells nothing of others' prompts."""
 
 from __future__ import annotations
