@@ -36,23 +36,11 @@ def add_model_parsers(subparsers) -> list[argparse.ArgumentParser]:
 
 
 def cmd_pull(cfg: config_mod.Config, args) -> int:
-    from tqdm import tqdm
-
     from homeai.pull import PullError, pull
 
-    models = catalog.folder(cfg.data_dir)
-    bar = tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc="pulling manifest", leave=True)
-    done: dict[str, int] = {}
-
-    def report(step) -> None:
-        bar.set_description_str(step.status)
-        if step.digest is not None:
-            done[step.digest] = step.completed or 0
-            bar.total = max(bar.total or 0, sum(done.values()), step.total or 0)
-            bar.update(sum(done.values()) - bar.n)
-
+    bar = _Bar()
     try:
-        model = pull(args.name, models, report)
+        model = pull(args.name, catalog.folder(cfg.data_dir), bar.report)
     except PullError as e:
         bar.close()
         print(f"homeai: {e}", file=sys.stderr)
@@ -61,11 +49,35 @@ def cmd_pull(cfg: config_mod.Config, args) -> int:
         bar.close()
         print(f"homeai: interrupted; `homeai pull {args.name}` again resumes it", file=sys.stderr)
         return 130
-    bar.total = model.size
     bar.close()
     print(f"pulled {model.name} ({model.size / 1e9:.2f} GB) to {model.path}\n"
           f"to serve it: set model.path = \"{model.name}\" in {_config_name(cfg)} and restart homeai")
     return 0
+
+
+class _Bar:
+    """A pull's progress on the terminal: one bar over all of a model's files, from the first byte."""
+
+    def __init__(self):
+        self.bar = None
+        self.done: dict[str, int] = {}
+
+    def report(self, step) -> None:
+        if step.digest is None and self.bar is None:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(unit="B", unit_scale=True, unit_divisor=1024)
+        self.bar.set_description_str(step.status)
+        if step.digest is not None:
+            self.done[step.digest] = step.completed or 0
+            self.bar.total = max(self.bar.total or 0, sum(self.done.values()), step.total or 0)
+            self.bar.update(sum(self.done.values()) - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def cmd_models(cfg: config_mod.Config, args) -> int:
