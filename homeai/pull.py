@@ -293,16 +293,21 @@ class _Quiet(tqdm):
 
 @contextmanager
 def _only_puller(models: Path, name: HubName):
-    """One pull of a model at a time, across processes (the daemon and the CLI)."""
+    """One pull from a repository at a time, across processes (the daemon and the CLI): two names of
+    one file (its quantisation, its file name) must not write the same part at once."""
     locks = models / catalog.PARTIAL
     locks.mkdir(parents=True, exist_ok=True)
-    key = re.sub(r"[^\w.-]+", "-", str(name).lower())
-    with open(locks / f"{key}.lock", "w") as lock:
+    with open(locks / f"{lock_key(name)}.lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise PullError(f"{name} is being pulled already; try again once that pull ends", 409) from None
         yield
+
+
+def lock_key(name: HubName) -> str:
+    """What one pull at a time is counted by: the repository, in any case."""
+    return re.sub(r"[^\w.-]+", "--", name.repo.lower())
 
 
 @contextmanager

@@ -7,7 +7,7 @@ files chosen first (an unknown repository or quantisation is an error listing wh
 anything streams), then Ollama's progress lines (`pulling manifest`, `pulling <digest>` with
 `digest`/`total`/`completed`, `verifying sha256 digest`, `writing manifest`, `success`), or one
 object with `"stream": false`. A download is an admin's when auth is on (a model that is here
-already answers success to any member); one pull of a model at a time; a
+already answers success to any member); one pull from a repository at a time; a
 client that leaves cancels its pull (the next pull of the name resumes it). A pull does not change
 the model the household is served: that is `model.path` in the config, then a restart.
 
@@ -44,7 +44,7 @@ POLL_S = 0.5  # how often a whole (unstreamed) pull looks whether its client is 
 
 log = logging.getLogger("homeai.api")
 router = ollama_router()
-_pulling: set[str] = set()  # models being pulled by this server (lower-case names)
+_pulling: set[str] = set()  # repositories being pulled from by this server (`pull.lock_key`)
 
 
 @router.get("/version")
@@ -99,7 +99,7 @@ async def pull_model(body: ModelRequest, request: Request, runtime: RuntimeDep, 
     if runtime.cfg.auth.required and not member.is_admin:
         raise ApiError(403, "only an admin may pull models")
     chosen = await _plan(name)
-    key = str(catalog.spelling(models, chosen.name)).lower()
+    key = pull.lock_key(chosen.name)
     if key in _pulling:
         raise ApiError(409, f"{chosen.name} is being pulled already; try again once that pull ends")
     loop, steps, cancel = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
