@@ -181,7 +181,6 @@ def _offer(repo: str, ggufs: list[RemoteFile], quants: list[str]) -> str:
 
 def _check_disk(chosen: Plan, models: Path) -> None:
     """Refuse before downloading when the files cannot fit (what is already there or half there counts)."""
-    models.mkdir(parents=True, exist_ok=True)
     needed = sum(f.size - _have(chosen, f, models) for f in chosen.files)
     free = shutil.disk_usage(models).free
     if needed + RESERVE_BYTES > free:
@@ -245,6 +244,8 @@ def _download(chosen: Plan, f: RemoteFile, models: Path, report, cancel) -> Path
         if e.errno == errno.ENOSPC:
             part.unlink(missing_ok=True)
             raise PullError(f"the disk filled up while pulling {chosen.name}; nothing of it was kept", 507) from None
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise PullError(f"cannot write {part}: {e.strerror}", 500) from None
         raise PullError(f"{f.path}: {str(e).splitlines()[0]}; pulling again resumes it", 502) from None
     return part
 
@@ -296,8 +297,12 @@ def _only_puller(models: Path, name: HubName):
     """One pull from a repository at a time, across processes (the daemon and the CLI): two names of
     one file (its quantisation, its file name) must not write the same part at once."""
     locks = models / catalog.PARTIAL
-    locks.mkdir(parents=True, exist_ok=True)
-    with open(locks / f"{lock_key(name)}.lock", "w") as lock:
+    try:
+        locks.mkdir(parents=True, exist_ok=True)
+        lock = open(locks / f"{lock_key(name)}.lock", "w")
+    except OSError as e:
+        raise PullError(f"cannot write in {models}: {e.strerror}", 500) from None
+    with lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -209,3 +209,11 @@ def test_a_disk_that_fills_up_during_the_pull_leaves_nothing_behind(hub, small_d
     error = refused(f"hf.co/{TINY}:Q8_0", models, report=someone_else_writes)
     assert error.status == 507 and "the disk filled up" in str(error)
     assert not list(models.rglob("*.part")) and not list(models.rglob("*.gguf")) and not catalog.listed(models)
+
+
+def test_a_models_folder_that_cannot_be_written_says_so(hub, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    error = refused(f"hf.co/{TINY}:Q8_0", blocked / "models")
+    assert error.status == 500 and str(error) == f"cannot write in {blocked / 'models'}: Not a directory"
+    assert not hub.ranges
