@@ -7,9 +7,10 @@
 
 `chat`, `complete` and `embed` each resolve the model, check the member's lane and the server's
 limits, build the tool plan, grammar and prompt off the event loop, and submit (refusals as
-ServiceError: 400, 403, 404, 429 with Retry-After, 503). The facts a protocol reports (model
-cards, context length, embedding size, token text for logprobs) are read here too, so no route
-touches the runner or the engine.
+ServiceError: 400, 403, 404, 429 with Retry-After, 503); `service.speech` transcribes a spoken
+question (`homeai.service.speech`). The facts a protocol reports (model cards, context length,
+embedding size, token text for logprobs) are read here too, so no route touches the runner or
+the engine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from homeai.service.answer import Answer
 from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
 from homeai.service.errors import ServiceError, embedding_failed, model_loading, model_unavailable
 from homeai.service.rights import Caller, lane_for
+from homeai.service.speech import Speech
 from homeai.service.submit import off_loop, submit
 from lanes import chat as chat_lane
 from lanes.base import LanePolicy
@@ -31,6 +33,7 @@ from lanes.base import LanePolicy
 class Service:
     def __init__(self, runtime):
         self.runtime = runtime
+        self.speech = Speech(runtime)  # one speech turn: transcribe (homeai.service.speech)
         self.jobs = None  # the job service, for `documents` (set by the app once it runs)
 
     # ---- what the protocols report ----------------------------------------------------------
