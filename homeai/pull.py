@@ -9,8 +9,9 @@ split in parts (`-00001-of-00003.gguf`) is fetched whole.
 Each file is fetched with huggingface_hub's `http_get` (its session: `HF_ENDPOINT`, `HF_TOKEN` or
 the token `hf auth login` saved, retries that resume a dropped connection) into
 `models/.partial/<digest>.part`, resumed from there after an interruption, checked against the
-hub's digest and only then moved to its name; the manifest (`homeai.catalog`) is written last.
-A full disk leaves no partial file; a corrupt file is deleted and refused.
+hub's digest (`.checked`), and moved to its name once every part of the model is checked; the
+manifest (`homeai.catalog`) is written last. A full disk leaves nothing of the model; a corrupt
+file is deleted and refused.
 Progress is reported as Ollama words it (`Step`), for the CLI's bar and `/api/pull`'s lines.
 """
 
@@ -118,7 +119,8 @@ def plan(name: str) -> Plan:
     with _hub_errors(hub.repo, url):
         tree = list(HfApi(endpoint=url).list_repo_tree(hub.repo, recursive=True, revision=REVISION))
     ggufs = [RemoteFile(f.path, f.size, f.lfs.sha256 if f.lfs else "", f.blob_id) for f in tree
-             if isinstance(f, RepoFile) and f.path.lower().endswith(".gguf") and "mmproj" not in f.path.lower()]
+             if isinstance(f, RepoFile) and f.path.lower().endswith(".gguf") and "mmproj" not in f.path.lower()
+             and ".." not in f.path.split("/") and not f.path.startswith("/")]
     files, tag = choose(ggufs, hub)
     return Plan(HubName(hub.repo, tag), tuple(files), url)
 
@@ -129,7 +131,9 @@ def fetch(chosen: Plan, models: Path, report: Callable[[Step], None] = lambda st
     chosen = dataclasses.replace(chosen, name=catalog.spelling(models, chosen.name))
     with _hub_errors(chosen.name.repo, chosen.endpoint), _only_puller(models, chosen.name):
         _check_disk(chosen, models)
-        files = [_fetch(chosen, f, models, report, cancel) for f in chosen.files]
+        for f in chosen.files:
+            _fetch(chosen, f, models, report, cancel)
+        files = [_place(chosen, f, models) for f in chosen.files]
         report(Step("writing manifest"))
         model = catalog.write_manifest(models, chosen.name, files, {"repo": chosen.name.repo, "revision": REVISION})
         report(Step("success"))
@@ -189,7 +193,7 @@ def _check_disk(chosen: Plan, models: Path) -> None:
 
 
 def _have(chosen: Plan, f: RemoteFile, models: Path) -> int:
-    if _already_there(chosen, f, models):
+    if _already_there(chosen, f, models) or _checked(models, f).exists():
         return f.size
     part = _part(models, f)
     return part.stat().st_size if part.exists() else 0
@@ -200,7 +204,13 @@ def _final(chosen: Plan, f: RemoteFile, models: Path) -> Path:
 
 
 def _part(models: Path, f: RemoteFile) -> Path:
+    """Where a file grows while it downloads."""
     return models / catalog.PARTIAL / f"{f.digest.replace(':', '-')}.part"
+
+
+def _checked(models: Path, f: RemoteFile) -> Path:
+    """Where a whole, checked file waits for the model's other parts."""
+    return _part(models, f).with_suffix(".checked")
 
 
 def _already_there(chosen: Plan, f: RemoteFile, models: Path) -> bool:
@@ -211,15 +221,22 @@ def _already_there(chosen: Plan, f: RemoteFile, models: Path) -> bool:
         for m in catalog.listed(models) for lf in m.files)
 
 
-def _fetch(chosen: Plan, f: RemoteFile, models: Path, report, cancel) -> LocalFile:
-    final = _final(chosen, f, models)
-    if not _already_there(chosen, f, models):
+def _fetch(chosen: Plan, f: RemoteFile, models: Path, report, cancel) -> None:
+    """One file downloaded and checked, unless it is in place or checked already."""
+    if not (_already_there(chosen, f, models) or _checked(models, f).exists()):
         part = _download(chosen, f, models, report, cancel)
         report(Step("verifying sha256 digest"))
         _verify(part, f)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(part, final)
+        os.replace(part, _checked(models, f))
     report(Step(f"pulling {_short(f)}", f.digest, f.size, f.size))
+
+
+def _place(chosen: Plan, f: RemoteFile, models: Path) -> LocalFile:
+    """A checked file under its name, once every part of the model is whole."""
+    final = _final(chosen, f, models)
+    if _checked(models, f).exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(_checked(models, f), final)
     return LocalFile(final, f.size, f.digest)
 
 
@@ -242,7 +259,9 @@ def _download(chosen: Plan, f: RemoteFile, models: Path, report, cancel) -> Path
                      expected_size=f.size, displayed_filename=f.path, tqdm_class=_Quiet)
     except OSError as e:
         if e.errno == errno.ENOSPC:
-            part.unlink(missing_ok=True)
+            for other in chosen.files:  # the model's other parts too: none of it is kept
+                _part(models, other).unlink(missing_ok=True)
+                _checked(models, other).unlink(missing_ok=True)
             raise PullError(f"the disk filled up while pulling {chosen.name}; nothing of it was kept", 507) from None
         if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise PullError(f"cannot write {part}: {e.strerror}", 500) from None

@@ -217,3 +217,15 @@ def test_a_models_folder_that_cannot_be_written_says_so(hub, tmp_path):
     error = refused(f"hf.co/{TINY}:Q8_0", blocked / "models")
     assert error.status == 500 and str(error) == f"cannot write in {blocked / 'models'}: Not a directory"
     assert not hub.ranges
+
+
+def test_a_split_model_interrupted_keeps_its_checked_parts_for_the_next_pull(hub, models, tiny_split):
+    hub.max_downloads = 2  # the third part's download is refused
+    assert refused(f"hf.co/{SPLIT}:Q8_0", models).status == 502
+    assert len(list(models.glob(".partial/*.checked"))) == 2
+    assert not list(models.rglob("*.gguf")) and not catalog.listed(models)  # no part takes its name alone
+    hub.ranges, hub.max_downloads = [], None
+    model = pull.pull(f"hf.co/{SPLIT}:Q8_0", models)
+    assert hub.ranges == [None]  # only the third part is fetched
+    assert {f.path.name: f.path.read_bytes() for f in model.files} == tiny_split
+    assert not list(models.glob(".partial/*.checked")) and not list(models.glob(".partial/*.part"))
