@@ -6,7 +6,7 @@
                    | list | revoke NAME | revoke --prefix PREFIX
     homeai index [PATH...] [--no-summaries]
     homeai pull hf.co/<org>/<repo>[:<quantisation or file>]
-    homeai models [list | rm NAME]
+    homeai models [list | rm NAME | clean]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
     homeai bench grammar [--seqs 1,8] [--tokens 64] [--reps 3]
     homeai bench voice [--n 10] [--out bench-out]

@@ -1,8 +1,9 @@
-"""`homeai pull NAME` and `homeai models [list | rm NAME]`: local models, by name, under the data directory.
+"""`homeai pull NAME` and `homeai models [list | rm NAME | clean]`: local models, by name, under the data directory.
 
     homeai pull hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M
     homeai models                      # name, file, size, quantisation, context length, served
     homeai models rm hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M
+    homeai models clean                # what interrupted pulls left to resume
 
 Pulling does not change the model the household is served: set `model.path` to the name, then
 restart (`homeai/cli.py` wires these parsers into `homeai`).
@@ -26,13 +27,14 @@ def add_model_parsers(subparsers) -> list[argparse.ArgumentParser]:
     pull.set_defaults(func=cmd_pull)
     models = subparsers.add_parser("models", help="local models: list (default) or rm NAME")
     msub = models.add_subparsers(dest="action")
-    msub.add_parser("list", help="name, file, size, quantisation, context length, whether it is served")
+    listing = msub.add_parser("list", help="name, file, size, quantisation, context length, whether it is served")
     rm = msub.add_parser("rm", help="delete a local model's files")
     rm.add_argument("name")
+    clean = msub.add_parser("clean", help="delete what interrupted pulls left to resume (models/.partial)")
     models.set_defaults(func=cmd_models)
-    for p in (pull, models, rm):
+    for p in (pull, models, listing, rm, clean):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    return [pull, models, rm]
+    return [pull, models, listing, rm, clean]
 
 
 def cmd_pull(cfg: config_mod.Config, args) -> int:
@@ -90,8 +92,27 @@ def cmd_models(cfg: config_mod.Config, args) -> int:
             return 1
         print(f"removed {model.name} ({model.size / 1e9:.2f} GB)")
         return 0
+    if args.action == "clean":
+        from homeai.pull import PullError, forget_unfinished
+
+        try:
+            print(f"deleted {forget_unfinished(models) / 1e9:.2f} GB of interrupted pulls")
+        except PullError as e:
+            print(f"homeai: {e}", file=sys.stderr)
+            return 1
+        return 0
     print(table(rows(cfg)))
+    _unfinished_note(models)
     return 0
+
+
+def _unfinished_note(models: Path) -> None:
+    from homeai.pull import unfinished
+
+    waiting = unfinished(models)
+    if waiting:
+        print(f"\n{waiting / 1e9:.2f} GB of interrupted pulls wait in {models / catalog.PARTIAL}: the same "
+              f"`homeai pull` resumes them, `homeai models clean` deletes them")
 
 
 def rows(cfg: config_mod.Config) -> list[dict]:

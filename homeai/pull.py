@@ -17,6 +17,7 @@ Progress is reported as Ollama words it (`Step`), for the CLI's bar and `/api/pu
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -26,7 +27,6 @@ import re
 import shutil
 import threading
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -311,7 +311,7 @@ class _Quiet(tqdm):
         super().__init__(*args, **{**kwargs, "disable": True})
 
 
-@contextmanager
+@contextlib.contextmanager
 def _only_puller(models: Path, name: HubName):
     """One pull from a repository at a time, across processes (the daemon and the CLI): two names of
     one file (its quantisation, its file name) must not write the same part at once."""
@@ -329,12 +329,34 @@ def _only_puller(models: Path, name: HubName):
         yield
 
 
+def unfinished(models: Path) -> int:
+    """Bytes of interrupted pulls waiting in `models/.partial` for the same pull to resume them."""
+    return sum(p.stat().st_size for p in (models / catalog.PARTIAL).glob("*") if p.suffix in (".part", ".checked"))
+
+
+def forget_unfinished(models: Path) -> int:
+    """Delete the interrupted pulls' files (their next pull starts over); the bytes freed. Refused
+    while any pull runs."""
+    with contextlib.ExitStack() as held:
+        for path in (models / catalog.PARTIAL).glob("*.lock"):
+            lock = held.enter_context(open(path, "a"))
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise PullError("a pull is running; try again once it ends", 409) from None
+        freed = unfinished(models)
+        for path in (models / catalog.PARTIAL).glob("*"):
+            if path.suffix in (".part", ".checked"):
+                path.unlink()
+        return freed
+
+
 def lock_key(name: HubName) -> str:
     """What one pull at a time is counted by: the repository, in any case."""
     return re.sub(r"[^\w.-]+", "--", name.repo.lower())
 
 
-@contextmanager
+@contextlib.contextmanager
 def _hub_errors(repo: str, url: str):
     """huggingface_hub's and the network's errors as one line each."""
     import httpx2

@@ -87,6 +87,8 @@ def test_ctrl_c_keeps_the_part_and_the_next_pull_resumes(env, hub, tmp_path, tin
     part, = partial.glob("*.part")
     kept = part.stat().st_size
     assert 0 < kept < len(big)
+    listed = homeai(env, "models")
+    assert "of interrupted pulls wait in" in listed.stdout and "`homeai models clean` deletes them" in listed.stdout
     hub.delay_s, hub.ranges = 0.0, []
     assert homeai(env, "pull", name).returncode == 0
     assert hub.ranges == [f"bytes={kept}-"]

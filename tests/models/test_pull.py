@@ -229,3 +229,28 @@ def test_a_split_model_interrupted_keeps_its_checked_parts_for_the_next_pull(hub
     assert hub.ranges == [None]  # only the third part is fetched
     assert {f.path.name: f.path.read_bytes() for f in model.files} == tiny_split
     assert not list(models.glob(".partial/*.checked")) and not list(models.glob(".partial/*.part"))
+
+
+def test_interrupted_pulls_can_be_forgotten_but_not_while_a_pull_runs(hub, models, tiny_gguf):
+    cancel = threading.Event()
+    with pytest.raises(pull.Cancelled):
+        pull.pull(f"hf.co/{TINY}:Q8_0", models, lambda step: step.completed and cancel.set(), cancel)
+    assert pull.unfinished(models) == PIECE
+    hub.delay_s = 0.05
+    running = threading.Event()
+    second = threading.Thread(target=lambda: pytest.raises(pull.Cancelled, pull.pull, f"hf.co/{TINY}:Q4_K_M", models,
+                                                            lambda step: step.completed and running.set(), cancel))
+    cancel.clear()
+    second.start()
+    try:
+        assert running.wait(30)
+        with pytest.raises(pull.PullError) as refused_while_running:
+            pull.forget_unfinished(models)
+        assert refused_while_running.value.status == 409
+    finally:
+        cancel.set()
+        second.join(30)
+    assert pull.forget_unfinished(models) >= PIECE and pull.unfinished(models) == 0
+    hub.delay_s, hub.ranges = 0.0, []
+    pull.pull(f"hf.co/{TINY}:Q8_0", models)
+    assert hub.ranges == [None]  # started over
