@@ -16,32 +16,28 @@ An answer streams as server-sent events, `data: {json}` with a `type` (the voice
 is stored when it ends, however it ends: a stop keeps what was said so far. Closing the
 stream aborts the sequence, and so does `/stop`; one answer per conversation at a time.
 Answers are on the chat lane: a member who may not use it gets a 403 naming the lanes they may.
-`homeai.api.household_answer` formats an answer's stream as these events and stores it.
+The routes ask the service for the answer (`service.chat`, the latest turns that fit);
+`homeai.api.household_answer` formats its stream as these events and stores it.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response
-from fastapi.responses import StreamingResponse
 from pydantic import Field
 from sqlalchemy.orm import Session
 
-from homeai.api.auth import Caller, CurrentMember, allow_lane
-from homeai.api.deps import EngineDep, RuntimeDep
+from homeai.api.auth import Caller, CurrentMember
+from homeai.api.deps import RuntimeDep, ServiceDep
 from homeai.api.errors import ApiError
 from homeai.api.household_answer import AnswerEvents, AnswerResponse, Inflight, InflightDep, Reply, message_json
-from homeai.api.limits import check_generation
 from homeai.api.schemas import RequestBody
-from homeai.api.submit import off_loop
-from homeai.engine.engine import Engine, PromptTooLong
-from homeai.sched.request import SamplingParams
+from homeai.service import ChatAsk, SamplingAsk
 from homeai.store import conversations as convs
 from homeai.store.models import Conversation, Message
-from lanes import chat as chat_lane
 
 # A database id: larger values would overflow SQLite's integer and fail as a 500.
 ConversationId = Annotated[int, Path(ge=1, le=2**63 - 1)]
@@ -65,11 +61,10 @@ class Generate(RequestBody):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
 
-    def params(self, engine: Engine) -> SamplingParams:
-        default = SamplingParams()
-        max_tokens = self.max_tokens or engine.policies[LANE].max_tokens or default.max_tokens
-        temperature = default.temperature if self.temperature is None else self.temperature
-        return SamplingParams(temperature=temperature, max_tokens=max_tokens)
+    def ask(self, history: list[dict]) -> ChatAsk:
+        """The chat lane's answer to `history`: the latest turns that fit (the lane's answer length by default)."""
+        sampling = SamplingAsk(max_tokens=self.max_tokens, temperature=self.temperature)
+        return ChatAsk(messages=history, lane=LANE, sampling=sampling, fit="latest", prompt_param="content")
 
 
 class Send(Generate):
@@ -131,58 +126,36 @@ def _delete(runtime, member: Caller, conversation_id: int) -> bool:
 
 
 @router.post("/{conversation_id}/messages")
-async def send_message(conversation_id: ConversationId, body: Send, runtime: RuntimeDep, engine: EngineDep,
-                       member: CurrentMember, inflight: InflightDep) -> StreamingResponse:
-    check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
+async def send_message(conversation_id: ConversationId, body: Send, runtime: RuntimeDep, service: ServiceDep,
+                       member: CurrentMember, inflight: InflightDep) -> AnswerResponse:
+    service.check_limits(max_tokens=body.max_tokens)
 
-    def prepare(loop) -> Reply:
-        member_id = member.member_id
-        with runtime.sessions() as session:
-            conversation = _owned(session, member, conversation_id)
-            history = [*_turns(conversation.messages), {"role": "user", "content": body.content}]
-            is_first = not conversation.messages and conversation.title == DEFAULT_TITLE
-        answer = _submit(engine, member, history, body.params(engine), loop)
+    async def prepare() -> Reply:
+        history, is_first = await asyncio.to_thread(_question, runtime, member, conversation_id, body.content)
+        answer = await service.chat(body.ask(history), member)
         try:
-            with runtime.sessions() as session:
-                stored = convs.add_message(session, member_id=member_id, conversation_id=conversation_id,
-                                           role="user", content=body.content,
-                                           prompt_tokens=answer.num_prompt_tokens)
-                if stored is None:
-                    raise _not_found(conversation_id)
-                if is_first:
-                    convs.rename_conversation(session, member_id=member_id, conversation_id=conversation_id,
-                                              title=body.content)
-                answer.first_events.append({"type": "message.user", "message": message_json(stored)})
+            stored = await asyncio.to_thread(_store_question, runtime, member, conversation_id, body.content,
+                                             answer.num_prompt_tokens, is_first)
         except BaseException:
-            answer.stream.abort()
+            answer.abort()
             raise
-        answer.member_id = member_id
-        return answer
+        return Reply(answer, member.member_id, first_events=[{"type": "message.user", "message": stored}])
 
-    return await _answer(runtime, engine, inflight, member, conversation_id, prepare)
+    return await _answer(runtime, service, inflight, member, conversation_id, prepare)
 
 
 @router.post("/{conversation_id}/regenerate")
-async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, engine: EngineDep, member: CurrentMember,
-                     inflight: InflightDep, body: Generate | None = None) -> StreamingResponse:
+async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, service: ServiceDep,
+                     member: CurrentMember, inflight: InflightDep, body: Generate | None = None) -> AnswerResponse:
     body = body or Generate()
-    check_generation(runtime.cfg.server, max_tokens=body.max_tokens)
+    service.check_limits(max_tokens=body.max_tokens)
 
-    def prepare(loop) -> Reply:
-        member_id = member.member_id
-        with runtime.sessions() as session:
-            messages = list(_owned(session, member, conversation_id).messages)
-        replaces = []
-        while messages and messages[-1].role == "assistant":
-            replaces.append(messages.pop().id)
-        if not messages or messages[-1].role != "user":
-            raise ApiError(400, "there is no question to answer again in this conversation",
-                           code="nothing_to_regenerate")
-        answer = _submit(engine, member, _turns(messages), body.params(engine), loop)
-        answer.member_id, answer.replaces = member_id, replaces
-        return answer
+    async def prepare() -> Reply:
+        history, replaces = await asyncio.to_thread(_again, runtime, member, conversation_id)
+        answer = await service.chat(body.ask(history), member)
+        return Reply(answer, member.member_id, replaces=replaces)
 
-    return await _answer(runtime, engine, inflight, member, conversation_id, prepare)
+    return await _answer(runtime, service, inflight, member, conversation_id, prepare)
 
 
 @router.post("/{conversation_id}/stop")
@@ -195,32 +168,52 @@ def stop(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMe
     return {"stopped": False}
 
 
-async def _answer(runtime, engine: Engine, inflight: Inflight, member: Caller, conversation_id: int,
-                  prepare: Callable[[asyncio.AbstractEventLoop], Reply]) -> StreamingResponse:
-    allow_lane(member, LANE)  # a member who may not use the chat lane gets a 403 naming theirs
+async def _answer(runtime, service, inflight: Inflight, member: Caller, conversation_id: int,
+                  prepare: Callable[[], Awaitable[Reply]]) -> AnswerResponse:
+    """Claim the conversation's one answer, prepare it, and stream it as household events."""
+    service.lane(member, LANE, LANE)  # a member who may not use the chat lane gets a 403 naming theirs
     key = (member.name, conversation_id)
     slot = inflight.claim(key)
-    loop = asyncio.get_running_loop()
     try:
-        reply = await off_loop(lambda: prepare(loop), engine=engine, lane=LANE, prompt_param="content")
+        reply = await prepare()
     except BaseException:
         inflight.release(key, slot)
         raise
-    inflight.attach(slot, reply.stream)
+    inflight.attach(slot, reply.answer)
     return AnswerResponse(AnswerEvents(runtime, conversation_id, reply, lambda: inflight.release(key, slot)))
 
 
-def _submit(engine: Engine, member: Caller, history: list[dict], params: SamplingParams, loop) -> Reply:
-    """Queue the latest turns that fit (the chat lane leaves room for the answer) on the chat lane."""
-    runner = engine.runner
-    limit = chat_lane.prompt_limit(engine.max_seq_len_for(LANE), params.max_tokens)
-    try:
-        tokens = chat_lane.build_prompt(history, "", limit, template=runner.apply_chat_template,
-                                        tokenize=runner.tokenize)
-    except chat_lane.TooLong as e:  # the engine's refusal, so every route reports it alike
-        raise PromptTooLong(e.num_tokens, e.limit) from None
-    stream = engine.submit(tokens, lane=LANE, member=member.name, params=params, loop=loop)  # refusals: off_loop
-    return Reply(stream, len(tokens))
+def _question(runtime, member: Caller, conversation_id: int, content: str) -> tuple[list[dict], bool]:
+    """The conversation's turns with the new question, and whether it is the first (it names the conversation)."""
+    with runtime.sessions() as session:
+        conversation = _owned(session, member, conversation_id)
+        history = [*_turns(conversation.messages), {"role": "user", "content": content}]
+        return history, not conversation.messages and conversation.title == DEFAULT_TITLE
+
+
+def _store_question(runtime, member: Caller, conversation_id: int, content: str, num_prompt_tokens: int,
+                    is_first: bool) -> dict:
+    kwargs = dict(member_id=member.member_id, conversation_id=conversation_id)
+    with runtime.sessions() as session:
+        stored = convs.add_message(session, **kwargs, role="user", content=content, prompt_tokens=num_prompt_tokens)
+        if stored is None:
+            raise _not_found(conversation_id)
+        if is_first:
+            convs.rename_conversation(session, **kwargs, title=content)
+        return message_json(stored)
+
+
+def _again(runtime, member: Caller, conversation_id: int) -> tuple[list[dict], list[int]]:
+    """The turns up to the last question, and the answers after it that a new one replaces."""
+    with runtime.sessions() as session:
+        messages = list(_owned(session, member, conversation_id).messages)
+        replaces = []
+        while messages and messages[-1].role == "assistant":
+            replaces.append(messages.pop().id)
+        if not messages or messages[-1].role != "user":
+            raise ApiError(400, "there is no question to answer again in this conversation",
+                           code="nothing_to_regenerate")
+        return _turns(messages), replaces
 
 
 # ---- store helpers --------------------------------------------------------------------
@@ -245,5 +238,3 @@ def _turns(messages: list[Message]) -> list[dict]:
 def _conversation(c: Conversation) -> dict:
     return {"id": c.id, "title": c.title, "created_at": c.created_at.isoformat(),
             "updated_at": c.updated_at.isoformat()}
-
-

@@ -1,5 +1,5 @@
-"""The household's answers in flight: an answer stream as household server-sent events, stored in
-the conversation exactly once, however it ends.
+"""The household's answers in flight: the service's answer stream as household server-sent events,
+stored in the conversation exactly once, however it ends.
 
 `Inflight` keeps one answer per (member, conversation) and lets `/stop` and a deleted conversation
 abort it. `AnswerEvents` formats the answer stream: the first events the route prepared
@@ -21,7 +21,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 
 from homeai.api.errors import ApiError
-from homeai.engine.engine import RequestStream, TokenEvent
+from homeai.service import Answer, Done, Failed, Text
 from homeai.store import conversations as convs
 from homeai.store.models import Message
 from homeai.wire import SSE_HEADERS, error_body, sse
@@ -29,16 +29,12 @@ from homeai.wire import SSE_HEADERS, error_body, sse
 
 @dataclass
 class Reply:
-    """One answer on its way to a conversation: the engine's stream and what storing it needs."""
+    """One answer on its way to a conversation: the service's answer and what storing it needs."""
 
-    stream: RequestStream
-    num_prompt_tokens: int
-    member_id: int = 0
+    answer: Answer
+    member_id: int
     replaces: list[int] = field(default_factory=list)  # the answers a regenerated one replaces
     first_events: list[dict] = field(default_factory=list)
-
-    def abort(self) -> None:
-        self.stream.abort()
 
 
 # ---- answers in flight ----------------------------------------------------------------
@@ -46,7 +42,7 @@ class Reply:
 
 @dataclass
 class Slot:
-    stream: RequestStream | None = None  # None while the prompt is being prepared
+    answer: Answer | None = None  # None while the prompt is being prepared
     stop_requested: bool = False
 
 
@@ -63,10 +59,10 @@ class Inflight:
         slot = self.slots[key] = Slot()
         return slot
 
-    def attach(self, slot: Slot, stream: RequestStream) -> None:
-        slot.stream = stream
+    def attach(self, slot: Slot, answer: Answer) -> None:
+        slot.answer = answer
         if slot.stop_requested:
-            stream.abort()
+            answer.abort()
 
     def release(self, key: tuple[str, int], slot: Slot) -> None:
         if self.slots.get(key) is slot:
@@ -77,8 +73,8 @@ class Inflight:
         if slot is None:
             return False
         slot.stop_requested = True
-        if slot.stream is not None:
-            slot.stream.abort()
+        if slot.answer is not None:
+            slot.answer.abort()
         return True
 
 
@@ -102,7 +98,6 @@ class AnswerEvents:
     def __init__(self, runtime, conversation_id: int, reply: Reply, release: Callable[[], None]):
         self.runtime, self.conversation_id, self.reply, self.release = runtime, conversation_id, reply, release
         self.parts: list[str] = []
-        self.num_tokens = 0
         self._lock = threading.Lock()
         self._saved = False
         self._message: dict | None = None
@@ -110,23 +105,22 @@ class AnswerEvents:
     async def __aiter__(self) -> AsyncIterator[str]:
         for event in self.reply.first_events:
             yield sse(event)
-        stream = self.reply.stream
-        async for event in stream:
-            if isinstance(event, TokenEvent):
-                self.num_tokens += 1
-                if event.text:
-                    yield self._delta(event.text)
-        finish = stream.finished
-        if finish.text:
-            yield self._delta(finish.text)
+        answer, reason, failed = self.reply.answer, "stop", None
+        async for event in answer:
+            if isinstance(event, Text) and event.text:
+                yield self._delta(event.text)
+            elif isinstance(event, Done):
+                reason = event.reason
+            elif isinstance(event, Failed):
+                reason, failed = event.reason, event.error
         message = await asyncio.to_thread(self.save)
-        if finish.reason == "error":
-            yield sse({"type": "error", **error_body(f"generation failed: {finish.error}", "server_error",
-                                                      "generation_failed")})
+        if failed is not None and reason != "abort":
+            yield sse({"type": "error", **error_body(failed.message, failed.type, failed.code)})
             return
-        yield sse({"type": "response.done", "message": message, "finish_reason": finish.reason,
+        yield sse({"type": "response.done", "message": message, "finish_reason": reason,
                    "replaces": self.reply.replaces if message else [],
-                   "usage": {"prompt_tokens": self.reply.num_prompt_tokens, "completion_tokens": self.num_tokens}})
+                   "usage": {"prompt_tokens": answer.num_prompt_tokens,
+                             "completion_tokens": answer.num_output_tokens}})
 
     def _delta(self, text: str) -> str:
         self.parts.append(text)
@@ -142,8 +136,8 @@ class AnswerEvents:
 
     def close(self) -> None:
         self.release()
-        if self.reply.stream.finished is None:  # the client went away: free the sequence within one step
-            self.reply.stream.abort()
+        if not self.reply.answer.finished:  # the client went away: free the sequence within one step
+            self.reply.answer.abort()
         self.save()  # a no-op when stored already; a cancelled task cannot await, so a short sync write
 
     def _store(self, text: str) -> dict | None:
@@ -157,8 +151,8 @@ class AnswerEvents:
                 session.delete(old)
             message = convs.add_message(session, member_id=reply.member_id, conversation_id=self.conversation_id,
                                         role="assistant", content=text,
-                                        prompt_tokens=reply.num_prompt_tokens,
-                                        output_tokens=self.num_tokens)  # commits the deletes with it
+                                        prompt_tokens=reply.answer.num_prompt_tokens,
+                                        output_tokens=reply.answer.num_output_tokens)  # commits the deletes with it
             return message_json(message) if message is not None else None
 
 

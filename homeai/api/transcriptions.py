@@ -17,8 +17,7 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from homeai.api.auth import current_member
-from homeai.api.deps import RuntimeDep
-from homeai.service.speech import Speech
+from homeai.api.deps import ServiceDep
 from homeai.speech.base import Transcript
 
 router = APIRouter(prefix="/v1/audio", tags=["audio"], dependencies=[Depends(current_member)])
@@ -27,13 +26,12 @@ Format = Literal["json", "text", "verbose_json"]
 
 
 @router.post("/transcriptions")
-async def transcriptions(runtime: RuntimeDep, file: Annotated[UploadFile, File()],
+async def transcriptions(service: ServiceDep, file: Annotated[UploadFile, File()],
                          model: Annotated[str | None, Form()] = None,
                          language: Annotated[str | None, Form()] = None,
                          response_format: Annotated[Format, Form()] = "json") -> Response:
-    speech = Speech(runtime)
-    speech.model()  # no speech model: a 503 saying why, before the upload is read
-    transcript = await speech.transcribe_file(await file.read(), language or None)
+    service.speech.model()  # no speech model: a 503 saying why, before the upload is read
+    transcript = await service.speech.transcribe_file(await file.read(), language or None)
     if response_format == "text":
         return PlainTextResponse(transcript.text + "\n")
     if response_format == "verbose_json":

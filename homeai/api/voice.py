@@ -14,8 +14,8 @@ section is the protocol's reference. In short:
 
 One `VoiceSession` per socket (here) reads messages (`homeai.api.voice_protocol` checks them) and
 buffers the utterance; at most one `Turn` task at a time (`homeai.api.voice_turn`) transcribes it
-with the service's speech turn (`homeai.service.speech`), streams the answer as the events above
-and stores the exchange. New speech, `response.cancel` or a new `session.start`
+with the service's speech turn (`homeai.service.speech`), formats the service's answer stream
+(`service.chat`) as the events above and stores the exchange; the socket holds no runner or engine. New speech, `response.cancel` or a new `session.start`
 cancels the turn and aborts its sequence, which the engine frees within one step. Every
 accepted utterance ends with exactly one `response.done` or `error`. The socket is closed
 with 4401 without a valid token when auth is required, or once its token is revoked (checked
@@ -38,16 +38,14 @@ import time
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from homeai.api.auth import Caller, allow_lane, bearer, caller_of
-from homeai.api.errors import ApiError
+from homeai.api.auth import Caller, bearer, caller_of
 from homeai.api.limits import TooMany
 from homeai.api.revocation import Hold, Revocations, revoked_tokens
 from homeai.api.voice_protocol import (AUTH_TIMEOUT_S, CLOSE_FORBIDDEN, CLOSE_INTERNAL_ERROR, CLOSE_TOO_MANY,
                                        MAX_MESSAGE_BYTES, PRE_ROLL_S, CloseSocket, Settings, Unauthorized,
                                        VoiceError, at_16k, parse, parse_settings)
-from homeai.api.voice_turn import LANE, Turn, check_tools
-from homeai.service.errors import ServiceError
-from homeai.service.speech import Speech
+from homeai.api.voice_turn import LANE, Turn
+from homeai.service import ServiceError
 from homeai.store import conversations as convs
 
 log = logging.getLogger("homeai.voice")
@@ -57,7 +55,8 @@ router = APIRouter(tags=["voice"])
 @router.websocket("/v1/voice")
 async def voice(websocket: WebSocket) -> None:
     await websocket.accept()  # a page of another origin was refused before (homeai.api.origin)
-    session = VoiceSession(websocket, websocket.app.state.runtime, websocket.app.state.revocations)
+    state = websocket.app.state
+    session = VoiceSession(websocket, state.runtime, state.service, state.revocations)
     try:
         await session.run()
     finally:
@@ -68,9 +67,9 @@ async def voice(websocket: WebSocket) -> None:
 class VoiceSession:
     """One socket: who is calling, the session's settings, the utterance being heard, the turn answering."""
 
-    def __init__(self, websocket: WebSocket, runtime, revocations: Revocations):
-        self.ws, self.runtime, self.revocations = websocket, runtime, revocations
-        self.speech = Speech(runtime)
+    def __init__(self, websocket: WebSocket, runtime, service, revocations: Revocations):
+        self.ws, self.runtime, self.service, self.revocations = websocket, runtime, service, revocations
+        self.speech = service.speech  # the service's one speech turn
         self.hold: Hold | None = None  # the token in use, watched for its revocation
         self.address = websocket.client.host if websocket.client else "unknown"
         self.waiting = False  # holds one of the address's units for sockets without a token
@@ -182,7 +181,7 @@ class VoiceSession:
         settings = parse_settings(message)
         speech = self.speech
         limit_s = speech.max_utterance_s()  # no speech model: the error says why
-        await check_tools(self.runtime, settings)  # refused here, not at the first question
+        await self.service.check_tools(settings.tools, settings.tool_choice)  # refused here, not at the first question
         await asyncio.to_thread(self._check_conversation, settings.conversation_id)
         await self.cancel_turn("cancelled")
         self.settings, self.limit_s = settings, limit_s
@@ -197,8 +196,8 @@ class VoiceSession:
     async def _allow_voice(self) -> None:
         """A member who may not use the voice lane is told so (an `error` naming their lanes), then closed 4403."""
         try:
-            allow_lane(self.caller, LANE)
-        except ApiError as e:
+            self.service.lane(self.caller, LANE, LANE)
+        except ServiceError as e:
             await self.send({"type": "error", "code": e.code, "message": e.message})
             raise CloseSocket(CLOSE_FORBIDDEN, "the voice lane is not one this member may use") from None
 
@@ -289,7 +288,7 @@ class VoiceSession:
         token = token.strip() if token and token.strip() else None
         try:
             caller = await asyncio.to_thread(caller_of, self.runtime, token)
-        except ApiError:
+        except ServiceError:
             raise Unauthorized("missing, invalid or revoked token") from None
         if self.caller is None or caller.name != self.caller.name:
             try:  # each member may hold only so many sockets open (server.max_websockets_per_member)

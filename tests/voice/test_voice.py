@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from homeai.api import voice_turn
-from homeai.sched.request import SamplingParams
+from homeai.service import SamplingAsk
 from homeai.store.conversations import create_conversation, get_conversation
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import DEFAULT_MEMBER
@@ -34,7 +34,7 @@ def server(cfg, runner, stt):
 @pytest.fixture
 def endless_answers(monkeypatch):
     """Answers that cannot end on their own before a cancel: no end-of-generation, 4000 tokens."""
-    monkeypatch.setattr(voice_turn, "answer_params", lambda policy: SamplingParams(max_tokens=4000, ignore_eos=True))
+    monkeypatch.setattr(voice_turn, "answer_sampling", lambda policy: SamplingAsk(max_tokens=4000, ignore_eos=True))
 
 
 def check_answer(events: list[dict]) -> dict:
