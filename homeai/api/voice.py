@@ -15,9 +15,10 @@ section is the protocol's reference. In short:
 One `VoiceSession` per socket (here) reads messages (`homeai.api.voice_protocol` checks them) and
 buffers the utterance; at most one `Turn` task at a time (`homeai.api.voice_turn`) transcribes it
 with the service's speech turn (`homeai.service.speech`), formats the service's answer stream
-(`service.chat`) as the events above and stores the exchange; the socket holds no runner or engine. New speech, `response.cancel` or a new `session.start`
-cancels the turn and aborts its sequence, which the engine frees within one step. Every
-accepted utterance ends with exactly one `response.done` or `error`. The socket is closed
+(`service.chat`) as the events above and stores the exchange: no runner or engine here. New
+speech, `response.cancel` or a new `session.start` cancels the turn and aborts its sequence,
+which the engine frees within one step. Every accepted utterance ends with exactly one
+`response.done` or `error`. The socket is closed
 with 4401 without a valid token when auth is required, or once its token is revoked (checked
 every few seconds and before each turn: `homeai.api.revocation`), with 4403 after an `error`
 {code: lane_not_allowed} at `session.start` when the member may not use the voice lane
