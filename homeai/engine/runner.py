@@ -8,10 +8,13 @@ contexts, its sequence ids the context's own. The runner turns each `StepPlan` i
 `llama_decode` per pool with tokens in the step: tokens, positions, sequence ids, and
 logits only on the rows that will be sampled. Tokens are sampled only once every context
 has decoded, so a step that finds no KV slot in one context is undone in the others and
-keeps nothing. Each request samples with its own llama.cpp sampler chain, kept across
-preemption so a resumed request continues its random stream. A request held to a grammar from
-its first token has llama.cpp's grammar sampler beside its chain: the chain's pick is checked
-against the grammar, and only a pick the grammar refuses pays for masking: the best-scored 256
+keeps nothing. Each request samples with its own llama.cpp sampler chain, built once at its
+first sampled row and kept across preemption so a resumed request continues its random stream;
+a greedy request with nothing to weigh first (no penalty, no grammar) has no chain: its pick is
+the row's highest logit, read in place (llama.cpp's greedy pick, a tie to the lowest id, without
+copying the vocabulary into a candidate array: ~0.15 ms a row on the CPU). A request held to a
+grammar from its first token has llama.cpp's grammar sampler beside its chain: the chain's pick
+is checked against the grammar, and only a pick the grammar refuses pays for masking: the best-scored 256
 tokens first, the whole vocabulary only when they cannot give the same pick (llama.cpp's common
 sampler checks the pick first too; masking first costs every token a pass over the vocabulary,
 ~0.4 s against a 256-value enum on 2 cores). A grammar is built here only once the grammar
@@ -238,6 +241,19 @@ class _Candidates:
         return bool(np.isfinite(self.one["logit"][0]))
 
 
+DEFAULT_SAMPLING = SamplingParams()
+
+
+@dataclass(frozen=True)
+class _Sampling:
+    """What one request samples with, built at its first sampled row and freed when it ends."""
+
+    params: SamplingParams
+    chain: object | None  # llama.cpp's sampler chain; None when greedy with nothing to weigh first
+    grammar: object | None  # a grammar held from the first token: beside the chain, not in it
+    reads_logits: bool  # logprobs or recorded logits: the row's logits are read after the pick
+
+
 def _load_model(path: Path, cfg: ModelConfig):
     params = ll.llama_model_default_params()
     params.n_gpu_layers = gpu.offloaded_layers(cfg, bool(ll.llama_supports_gpu_offload()))
@@ -307,12 +323,12 @@ class Runner:
         self.embed_memory = ll.llama_get_memory(self.embed_ctx)
         self.batch = _Batch(cfg.n_batch)
         self.embed_batch = _Batch(cfg.embed_n_ctx)
-        self.samplers: dict[str, object] = {}
-        self.grammars: dict[str, object] = {}  # the grammar samplers of requests that have one
+        self.samplers: dict[str, _Sampling] = {}  # per request in flight, kept across preemption
+        self._logits_row = ctypes.c_float * self.n_vocab
+        self._eog: dict[int, bool] = {}  # whether a token ends generation, asked once a token
         self.candidates = _Candidates(self.n_vocab)
         self._pooled: dict[str, np.ndarray] = {}  # embedding inputs in flight: their chunks' summed vectors
         self._pieces: dict[int, bytes] = {}
-        self._greedy = None  # the greedy sampler of `decode_greedy`, made at its first call
         self.info = self._info(model_path, embedding_path)
 
     def _info(self, model_path: Path, embedding_path: Path | None) -> ModelInfo:
@@ -452,45 +468,59 @@ class Runner:
                 raise RunnerError(f"llama_decode failed with code {rc}")
             decoded.append((pool, group, rows))
         for pool, group, rows in decoded:
+            ctx = self._context(pool)
             for item, row in zip(group, rows):
                 if item.sample:
-                    result.samples[item.request_id] = self._sample(self._context(pool), item, row)
+                    result.samples[item.request_id] = self._sample(ctx, item, row)
 
     def _sample(self, ctx, item: ScheduledItem, row: int) -> Sample:
-        params = item.params or SamplingParams()
-        sampler = self._sampler(item.request_id, params)
-        grammar = self.grammars.get(item.request_id)
+        sampling = self.samplers.get(item.request_id) or self._sampling(item.request_id, item.params)
+        logits = None
         if item.forced is not None:
             token = item.forced
-            ll.llama_sampler_accept(sampler, token)
-        elif grammar is not None:
-            token = self._sample_in_grammar(ctx, row, sampler, grammar, params)
+            if sampling.chain is not None:
+                ll.llama_sampler_accept(sampling.chain, token)
+        elif sampling.chain is None:  # greedy, nothing to weigh first: the row's best score
+            logits = self._logits(ctx, row)
+            token = int(logits.argmax())
+        elif sampling.grammar is not None:
+            token = self._sample_in_grammar(ctx, row, sampling.chain, sampling.grammar, sampling.params)
         else:
-            token = ll.llama_sampler_sample(sampler, ctx, row)
-        logits = None
-        if params.logprobs is not None or params.record_logits:
-            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, row), shape=(self.n_vocab,))
-        is_eog = not params.ignore_eos and bool(ll.llama_vocab_is_eog(self.vocab, token))
-        sample = Sample(token=token, is_eog=is_eog)
-        if logits is None:
-            return sample
-        logprob, top = None, ()
-        if params.logprobs is not None:
-            logprob, top = log_probs(logits, token, params.logprobs)
-        return Sample(sample.token, sample.is_eog, logprob, top, logits.copy() if params.record_logits else None)
+            token = ll.llama_sampler_sample(sampling.chain, ctx, row)
+        is_eog = not sampling.params.ignore_eos and self._is_eog(token)
+        if not sampling.reads_logits:
+            return Sample(token, is_eog)
+        params = sampling.params
+        logits = self._logits(ctx, row) if logits is None else logits
+        logprob, top = log_probs(logits, token, params.logprobs) if params.logprobs is not None else (None, ())
+        return Sample(token, is_eog, logprob, top, logits.copy() if params.record_logits else None)
 
-    def _sampler(self, request_id: str, params: SamplingParams):
-        sampler = self.samplers.get(request_id)
-        if sampler is None:
-            grammar = None
-            if params.grammar is not None:
-                grammar = grammar_sampler(self.vocab, params.grammar)
-                if not grammar:  # submit checked it (grammar_ok): this is a bug, not the request's fault
-                    raise RunnerError("llama.cpp could not parse a grammar it parsed at submit")
-                if not params.grammar.lazy:
-                    self.grammars[request_id], grammar = grammar, None
-            sampler = self.samplers[request_id] = build_sampler(params, self.n_vocab, grammar)
-        return sampler
+    def _sampling(self, request_id: str, params: SamplingParams | None) -> _Sampling:
+        """A request's sampling, built at its first sampled row and kept until it ends."""
+        params = params or DEFAULT_SAMPLING
+        grammar = None
+        if params.grammar is not None:
+            grammar = grammar_sampler(self.vocab, params.grammar)
+            if not grammar:  # submit checked it (grammar_ok): this is a bug, not the request's fault
+                raise RunnerError("llama.cpp could not parse a grammar it parsed at submit")
+        beside = grammar if grammar is not None and not params.grammar.lazy else None
+        in_chain = grammar if beside is None else None
+        plain_greedy = params.temperature <= 0 and params.repeat_penalty == 1.0 and grammar is None
+        chain = None if plain_greedy else build_sampler(params, self.n_vocab, in_chain)
+        reads_logits = params.logprobs is not None or params.record_logits
+        sampling = self.samplers[request_id] = _Sampling(params, chain, beside, reads_logits)
+        return sampling
+
+    def _logits(self, ctx, row: int) -> np.ndarray:
+        """Row `row`'s logits, in place (valid until the context's next decode)."""
+        address = ctypes.cast(ll.llama_get_logits_ith(ctx, row), ctypes.c_void_p).value
+        return np.frombuffer(self._logits_row.from_address(address), dtype=np.float32)
+
+    def _is_eog(self, token: int) -> bool:
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
+        return eog
 
     def _sample_in_grammar(self, ctx, row: int, chain, grammar, params: SamplingParams) -> int:
         """The chain's pick if the grammar allows it, else the chain's pick among what the grammar
@@ -534,8 +564,8 @@ class Runner:
         return True
 
     def _free_sampler(self, request_id: str) -> None:
-        for samplers in (self.samplers, self.grammars):
-            sampler = samplers.pop(request_id, None)
+        sampling = self.samplers.pop(request_id, None)
+        for sampler in (sampling.chain, sampling.grammar) if sampling is not None else ():
             if sampler is not None:
                 ll.llama_sampler_free(sampler)
 
@@ -563,8 +593,8 @@ class Runner:
     def decode_greedy(self, groups: list[tuple[Pool, list[tuple[int, int, list[int]]]]]) -> list[list[int]]:
         """Bare decodes: each group's rows (seq_id, start position, tokens) in its pool's context, one
         `llama_decode` a group, back to back over the one batch, then each row's greedy next token
-        (every context decodes before any samples, as in `run`). No plan, no sampler chain, nothing
-        kept but the cells: the raw loops of `homeai.bench.raw_loop` are built on it."""
+        (every context decodes before any samples, as in `run`; picked as `run` picks greedy). No plan,
+        no sampler chain, nothing kept but the cells: the raw loops of `homeai.bench.raw_loop` are built on it."""
         decoded = []
         for pool, rows in groups:
             ctx = self._context(pool)
@@ -573,9 +603,7 @@ class Runner:
             if rc != 0:
                 raise RunnerError(f"llama_decode failed with code {rc}")
             decoded.append((ctx, last))
-        if self._greedy is None:
-            self._greedy = ll.llama_sampler_init_greedy()  # keeps no state: one serves every row
-        return [[ll.llama_sampler_sample(self._greedy, ctx, row) for row in last] for ctx, last in decoded]
+        return [[int(self._logits(ctx, row).argmax()) for row in last] for ctx, last in decoded]
 
     def reset(self) -> None:
         """Forget every sequence and sampler (a new engine starts from an empty cache)."""
@@ -593,8 +621,6 @@ class Runner:
             self.grammar_checker.stop()
         for request_id in list(self.samplers):
             self._free_sampler(request_id)
-        if self._greedy is not None:
-            ll.llama_sampler_free(self._greedy)
         ll.llama_free(self.embed_ctx)
         if self.ictx:
             ll.llama_free(self.ictx)
