@@ -97,27 +97,25 @@ class Turn:
     async def _stream_answer(self) -> Done:
         """Send the answer's words as they come and each call as soon as it is written whole."""
         async for event in self.answer:
+            if isinstance(event, (Text, Call)) and self.ttft_ms is None:
+                self.ttft_ms = self._ms()  # the first text or call shown (with tools, text is held until decided)
             if isinstance(event, Text):
-                if self.ttft_ms is None:
-                    self.ttft_ms = self._ms()
                 await self._delta(event.text)
             elif isinstance(event, Call):
-                await self._send_calls([event.call])
+                await self._send_call(event.call)
             elif isinstance(event, Failed):
                 if event.reason == "abort":
                     raise VoiceError("aborted", "the answer was aborted (the server is stopping)")
                 raise VoiceError(event.error.code, event.error.message)
-            elif isinstance(event, Done):
-                await self._send_calls([c for c in event.calls if c.id not in self.waiting_for])
+            elif isinstance(event, Done):  # its calls were each sent as a Call
                 return event
-        raise VoiceError("aborted", "the answer was aborted (the server is stopping)")
+        raise RuntimeError("an answer ended without Done or Failed")
 
-    async def _send_calls(self, calls) -> None:
-        """Send calls the client may run now (their results are awaited once the answer ends)."""
-        if calls:
-            self.waiting_for.update((c.id, c.name) for c in calls)
-            await self.session.send({"type": "response.tool_calls", "tool_calls": [
-                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]})
+    async def _send_call(self, call) -> None:
+        """Send a call the client may run now (its result is awaited once the answer ends)."""
+        self.waiting_for[call.id] = call.name
+        await self.session.send({"type": "response.tool_calls",
+                                 "tool_calls": [{"id": call.id, "name": call.name, "arguments": call.arguments}]})
 
     async def _call_tools(self, calls) -> list[dict]:
         """Wait for a `tool.result` of each call sent; the messages the next answer follows."""
