@@ -57,7 +57,8 @@ def tags(runtime: RuntimeDep, _engine: EngineDep) -> dict:
     """A plain function: the first call reads the GGUF headers, in a worker thread."""
     served = [Listed.of_card(card) for card in runtime.cards()]
     local = [Listed.of_local(model) for model in catalog.listed(_models(runtime))]
-    return {"models": [ollama_models.tag_entry(model) for model in served + local]}
+    names = {model.name for model in served}  # a hand-placed file served is listed once
+    return {"models": [ollama_models.tag_entry(model) for model in served + [m for m in local if m.name not in names]]}
 
 
 @router.get("/ps")

@@ -45,3 +45,22 @@ def test_a_pulled_split_model_served_by_its_name(hub, tmp_path):
             assert client.pull(NAME).status == "success"  # served already: nothing downloaded
     finally:
         runner.close()
+
+
+def test_a_hand_placed_file_served_by_its_name_is_listed_once(tmp_path, tiny_gguf):
+    models = tmp_path / "data" / "models"
+    models.mkdir(parents=True)
+    (models / "tiny-house.gguf").write_bytes(tiny_gguf)
+    (models / "spare.gguf").write_bytes(tiny_gguf)
+    cfg = from_dict({"server": {"data_dir": str(tmp_path / "data")},
+                     "database": {"url": f"sqlite:///{tmp_path / 'h.db'}"},
+                     "model": {"path": "tiny-house", "n_ctx": 1024, "interactive_n_ctx": 512, "n_batch": 256,
+                               "n_seq_max": 4, "embed_n_ctx": 256, "embed_n_seq_max": 4}}, "(test)")
+    runner = Runner(cfg.model, generation_model(cfg))
+    try:
+        with serve(cfg, runner) as server:
+            client = ollama.Client(host=server.url, timeout=TIMEOUT)
+            assert sorted(m.model for m in client.list().models) == ["spare:latest", "tiny-house:latest"]
+            assert client.show("spare").capabilities == ["completion", "tools"]
+    finally:
+        runner.close()
