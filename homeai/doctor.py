@@ -105,7 +105,9 @@ def _kv_bytes(cfg: Config, model: Path, embedder: Path, total: int) -> tuple[int
     if num_auto:
         auto = min(auto, int(getattr(m, "kv_memory_share", 1.0) * total))
     embed = m.embed_n_ctx * (kv_bytes_per_cell(metadata(embedder)) or 0)
-    text = f"{fixed + m.embed_n_ctx:,} cells configured" + (f", {num_auto} cache(s) sized from the model" * bool(num_auto))
+    text = f"{fixed + m.embed_n_ctx:,} cells configured"
+    if num_auto:
+        text += f", {num_auto} cache(s) sized from the model"
     return fixed * per_cell + auto + embed, text
 
 
@@ -152,7 +154,7 @@ def _kv_caches(cfg: Config, model: Path) -> str:
 def _threads(cfg: Config) -> str:
     if cfg.model.n_threads:
         return f"{cfg.model.n_threads} (config)"
-    return f"{threads.default_threads()} (every core but one of {os.cpu_count()})"
+    return threads.CoreWatch().describe()
 
 
 def _speech_model(cfg: Config) -> str:

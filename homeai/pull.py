@@ -143,8 +143,8 @@ def fetch(chosen: Plan, models: Path, report: Callable[[Step], None] = lambda st
 def choose(ggufs: list[RemoteFile], hub: HubName) -> tuple[list[RemoteFile], str]:
     """The files of the model `hub.tag` names (a quantisation or a file) and the tag to list it by."""
     if not ggufs:
-        raise PullError(f"{hub.repo} has no GGUF files (homeai runs GGUF models: look for a repository ending in -GGUF)",
-                        404)
+        raise PullError(f"{hub.repo} has no GGUF files (homeai runs GGUF models: look for a repository "
+                        f"ending in -GGUF)", 404)
     quants = sorted({f.quant for f in ggufs if f.quant})
     tag = hub.tag or (DEFAULT_QUANT if DEFAULT_QUANT in quants else quants[0] if len(quants) == 1 else None)
     if tag is None and len(ggufs) == 1:
