@@ -5,9 +5,9 @@ A token is looked up (hashed) in the store by `homeai.store.members.authenticate
 not a member's (OpenAI clients insist on sending some key), counts as the default member
 `household`; a member's token still names its member.
 
-Which lanes the caller may use is the service's to check (`homeai.service.rights`: `lane_for`,
-`allow_lane`, re-exported here): a lane they may not use is a 403 `lane_not_allowed` naming the
-lanes they may. The default member is an admin: every lane.
+Which lanes the caller may use is the service's to check (`homeai.service.rights`, where `Caller`
+lives): a lane they may not use is a 403 `lane_not_allowed` naming the lanes they may. The
+default member is an admin: every lane.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fastapi import Depends, Header
 
 from homeai.api.deps import RuntimeDep
 from homeai.api.errors import ApiError
-from homeai.service.rights import Caller, allow_lane, lane_for  # noqa: F401 (the member's rights: the service's)
+from homeai.service.rights import Caller
 from homeai.store.members import allowed_lanes, authenticate, ensure_default_member
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}

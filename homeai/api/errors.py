@@ -14,8 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from homeai.service.errors import ServiceError, from_engine, retry_after  # noqa: F401 (re-exported)
-from homeai.wire import error_body  # noqa: F401 (re-exported)
+from homeai.service.errors import ServiceError
 
 log = logging.getLogger("homeai.api")
 

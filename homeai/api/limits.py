@@ -4,7 +4,7 @@
   Content-Length is checked before anything is read; a chunked body is counted as it arrives, and
   the count going over raises `RaisedInBody(ApiError)` from inside body parsing (FastAPI lets
   HTTPExceptions through there untouched, so the app's handler shapes it).
-* Messages and answer length: the service's `check_limits`, as `check_generation` here (400 over
+* Messages and answer length: the service's (`homeai.service.sampling.check_limits`: 400 over
   `server.max_messages` or `server.max_output_tokens`; answers also end at the context's edge, and
   prompts longer than the context are refused by the engine).
 * Open sockets per member: `PerMember`, a counter the voice socket holds one unit of
@@ -23,8 +23,6 @@ from collections.abc import Iterator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from homeai.api.errors import ApiError, RaisedInBody, error_response
-from homeai.config import ServerConfig
-from homeai.service.sampling import check_limits
 
 
 class BodyLimit:
@@ -64,13 +62,6 @@ def _content_length(scope: Scope) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-def check_generation(server: ServerConfig, *, max_tokens: int | None, num_messages: int = 0,
-                     max_tokens_param: str = "max_tokens") -> None:
-    """Refuse (400) a generation request over the server's message count or answer length (the
-    service's check, `homeai.service.sampling.check_limits`)."""
-    check_limits(server, max_tokens=max_tokens, num_messages=num_messages, max_tokens_param=max_tokens_param)
 
 
 class TooMany(Exception):

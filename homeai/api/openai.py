@@ -20,7 +20,6 @@ from homeai.api import dispatch
 from homeai.api.auth import CurrentMember, current_member
 from homeai.api.deps import LaneHeader, ServiceDep
 from homeai.api.errors import ApiError
-from homeai.service.prompts import chat_template  # noqa: F401 (the voice socket's, until it asks the service)
 from homeai.api.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingRequest
 from homeai.api.shapes import ChatShape, CompletionShape
 from homeai.api.streaming import collect, sse_response, until_disconnected

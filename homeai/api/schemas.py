@@ -9,7 +9,7 @@ Types are strict, as OpenAI's are: `"stream": "yes"` or `"max_tokens": "4"` is r
 coerced; numbers are finite and within what the sampler takes. Every string (and key) of a
 body must be valid Unicode: JSON's `\ud800` escapes can spell a lone surrogate, which UTF-8
 cannot encode and the tokenizer cannot take (400 `invalid_text`, checked once per body by
-`RequestBody`; the voice socket checks its frames with `find_invalid_text`).
+`RequestBody`, with `homeai.service.text.find_invalid_text`).
 
 `tools`, `tool_choice`, `parallel_tool_calls` and `response_format` are taken as sent and checked
 by `homeai.tools`, which names the field at fault (`tools.0.function.parameters`).
@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from homeai.api.errors import ApiError
 from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk
 from homeai.service.sampling import MAX_STOPS
-from homeai.service.text import find_invalid_text  # noqa: F401 (re-exported: the voice socket checks its frames)
+from homeai.service.text import find_invalid_text
 
 MAX_TOP_K = 2**31 - 1  # llama.cpp's sampler takes an int32 (any k past the vocabulary keeps every token)
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # OpenAI's range for seed

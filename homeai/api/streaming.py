@@ -19,7 +19,7 @@ from fastapi import Request
 from fastapi.responses import StreamingResponse
 
 from homeai.service.answer import Answer, Done, Failed, Whole
-from homeai.wire import DONE, SSE_HEADERS, error_body, sse  # noqa: F401 (DONE, SSE_HEADERS, error_body: re-exported)
+from homeai.wire import DONE, SSE_HEADERS, sse
 
 T = TypeVar("T")
 

@@ -235,7 +235,7 @@ def test_a_one_line_message_now_gets_the_models_default_system_prompt(runner):
 def test_messages_the_template_cannot_render_are_a_400(runner):
     """Through the API's one submit path: the template's failure is the request's 400, naming it."""
     from homeai.api.errors import ApiError
-    from homeai.api.submit import off_loop
+    from homeai.service.submit import off_loop
 
     bad = [{"role": "user", "content": None}]
     with pytest.raises(ApiError) as caught:
