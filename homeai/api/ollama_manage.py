@@ -1,6 +1,6 @@
 """Ollama's model management on homeai's port: `/api/version`, `/api/tags` (the served model and
-every local model), `/api/ps` (the served one: the only one loaded), `/api/show` (any of them) and
-`/api/pull`.
+every local model), `/api/ps` (the served one: the only one loaded), `/api/show` (any of them),
+`/api/pull` and `/api/delete` (a local model that is not served; an admin's when auth is on).
 
 `/api/pull` downloads from Hugging Face as `homeai pull` does (`homeai.pull`): the repository's
 files chosen first (an unknown repository or quantisation is an error listing what it has, before
@@ -119,6 +119,22 @@ def _ended(key: str, job: asyncio.Future) -> None:
     error = job.exception()
     if isinstance(error, pull.Cancelled):
         log.info("pull of %s cancelled: its client left", key)
+
+
+@router.delete("/delete")
+def delete(body: ModelRequest, runtime: RuntimeDep, _engine: EngineDep, member: CurrentMember) -> Response:
+    """A local model's files deleted, as `homeai models rm` does: an admin's when auth is on; never the
+    model being served (change `model.path` and restart first)."""
+    if runtime.cfg.auth.required and not member.is_admin:
+        raise ApiError(403, "only an admin may delete models")
+    name, models = body.requested(), _models(runtime)
+    local = catalog.find(models, name)
+    if local is None:
+        raise ApiError(404, ollama_models.not_found(name))
+    if any(Path(card.path).resolve() == local.path.resolve() for card in runtime.cards()):
+        raise ApiError(400, f"{local.name} is the model being served; serve another (model.path) before deleting it")
+    catalog.remove(models, local.name)
+    return Response(status_code=200)
 
 
 async def _plan(name: str) -> pull.Plan:

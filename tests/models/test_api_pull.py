@@ -146,3 +146,26 @@ def test_a_client_that_leaves_cancels_its_pull_and_the_next_resumes(server, admi
     assert admin.pull(NAME).status == "success"
     assert hub.ranges == [f"bytes={kept}-"]
     assert (models / "hf.co" / TINY / "tiny-Q8_0.gguf").read_bytes() == tiny_gguf
+
+
+def test_delete_removes_a_local_model_but_never_the_served_one(cfg, server, admin, models, hub):
+    admin.pull(NAME)
+    member = ollama.Client(host=server.url, headers={"Authorization": f"Bearer {add_token(cfg, 'teen')}"},
+                           timeout=TIMEOUT)
+    with pytest.raises(ollama.ResponseError) as refused:
+        member.delete(NAME)
+    assert refused.value.status_code == 403
+    assert admin.delete(NAME.lower()).status == "success"
+    assert NAME not in {m.model for m in admin.list().models} and not catalog.listed(models)
+    with pytest.raises(ollama.ResponseError) as refused:
+        admin.delete(NAME)
+    assert refused.value.status_code == 404
+    served = catalog.folder(cfg.data_dir) / "served.gguf"  # a local model that is the served file
+    served.symlink_to(server.runtime.models["generate"].path)
+    try:
+        with pytest.raises(ollama.ResponseError) as refused:
+            admin.delete("served")
+        assert refused.value.status_code == 400 and "is the model being served" in refused.value.error
+        assert served.exists()
+    finally:
+        served.unlink()
