@@ -32,7 +32,7 @@ from homeai.engine.template import ChatPrompt, PromptTokens
 from homeai.engine.text import TextStream
 from homeai.sched import costmodel
 from homeai.sched.request import Kind, Request, SamplingParams
-from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan
+from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan, UnknownLane
 from lanes.base import LanePolicy
 
 log = logging.getLogger("homeai.engine")
@@ -153,10 +153,7 @@ class Engine:
         self.scheduler = Scheduler(policies, limits)
         self.clock = clock
         self.max_seq_len = runner.info.max_seq_len
-        if limits.interactive_cells:
-            self.interactive_max_seq_len = min(runner.info.interactive_max_seq_len, limits.interactive_cells)
-        else:
-            self.interactive_max_seq_len = self.max_seq_len
+        self.interactive_max_seq_len = self.scheduler.layout.interactive_max_seq_len(runner.info)
         self.embed_max_tokens = min(runner.info.embed_max_tokens, limits.embed_max_tokens)
         self.lock = threading.Condition()
         self.streams: dict[str, RequestStream] = {}
@@ -204,10 +201,10 @@ class Engine:
         the template wrote them, and the public prefix no member wrote), a raw prompt's text (all
         its member's own, control tokens included, as they are in token ids), or token ids. Text to
         embed is text: control tokens' texts in it are characters."""
-        policy = self.policies.get(lane)
-        if policy is None:
-            raise InvalidRequest(f"unknown lane {lane!r} (known: {', '.join(self.policies)})", "lane",
-                                 "unknown_lane")
+        try:
+            policy = self.scheduler.lane(lane)
+        except UnknownLane as exc:  # the scheduler's check, as the engine's refusal
+            raise InvalidRequest(str(exc), "lane", "unknown_lane") from exc
         params = params or SamplingParams(max_tokens=policy.max_tokens or 256)
         tokens = self._tokens(prompt, kind)
         public_len = min(getattr(tokens, "public_len", 0), len(tokens))
