@@ -9,7 +9,8 @@ deferred import only hides a loop, it does not remove it.
   homeai.api, homeai.engine, homeai.config, ...; and lanes).
 * No arrow up: the rooms below the routes never import homeai.api, the scheduler
   (homeai.sched) knows neither the engine, nor the service, nor the API, and the lanes (policies
-  the scheduler reads as plain data) import nothing of homeai.
+  the scheduler reads as plain data) import nothing of homeai. Every room stands on one of the
+  floors of docs/architecture.md (`FLOORS`), and imports only from its own floor or below.
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ BELOW_API = ("homeai.sched", "homeai.engine", "homeai.store", "homeai.tools", "h
 NEVER = {room: ("homeai.api",) for room in BELOW_API}
 NEVER["homeai.sched"] = ("homeai.api", "homeai.engine", "homeai.service")
 NEVER["lanes"] = ("homeai",)
+# The floors of docs/architecture.md, top down: a module imports only from its own floor or below.
+FLOORS = (
+    ("commands", ("homeai.cli", "homeai.doctor", "homeai.models_cli", "homeai.bench")),
+    ("protocols", ("homeai.api", "homeai.wyoming")),
+    ("service", ("homeai.service",)),
+    ("capabilities", ("homeai.tools", "homeai.jobs", "homeai.remote", "homeai.speech")),
+    ("engine", ("homeai.engine", "homeai.models")),
+    ("scheduler, store", ("homeai.sched", "homeai.store")),
+    ("config", ("homeai.config", "homeai.pull")),
+    ("ground", ("lanes", "homeai.wire", "homeai.cron", "homeai.catalog", "homeai.gguf_header", "homeai.threads",
+                "homeai.logs", "homeai")),
+)
 ALEMBIC = "homeai.store.migrations"  # scripts Alembic loads itself (env.py needs its context): read, not imported
 
 
@@ -73,6 +86,13 @@ def _imports_by_name(node: ast.AST) -> bool:
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
     return name == "import_module" and isinstance(node.args[0].value, str)
+
+
+def floor(module: str) -> int | None:
+    """Which of `FLOORS` holds `module` (0 the top), by its longest named prefix; None: none does."""
+    named = [(len(prefix), i) for i, (_, prefixes) in enumerate(FLOORS) for prefix in prefixes
+             if module == prefix or module.startswith(prefix + ".") and prefix != "homeai"]  # homeai: its face
+    return max(named)[1] if named else None
 
 
 def room(module: str) -> str:
@@ -127,6 +147,11 @@ def test_the_reader_sees_deferred_relative_and_importlib_imports(tmp_path):
     assert imported("homeai.api.metrics", source) == {"homeai.api.auth", "homeai.api.deps", "homeai.api.runtime"}
 
 
+def test_floors_place_a_module_by_its_longest_prefix():
+    assert FLOORS[floor("homeai.api.openai")][0] == "protocols" and FLOORS[floor("lanes.chat")][0] == "ground"
+    assert FLOORS[floor("homeai")][0] == "ground" and floor("homeai.newroom") is None
+
+
 def test_a_loop_is_found():
     assert loops({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert loops({"a": {"b"}, "b": set()}) == []
@@ -149,4 +174,15 @@ def test_no_arrow_up():
     up = sorted(f"{name} -> {target}" for name, path in MODULES.items() for target in imported(name, path)
                 if any(target == never or target.startswith(never + ".")
                        for never in NEVER.get(room(name), ())))
+    assert up == []
+
+
+def test_every_room_stands_on_a_floor():
+    assert sorted({room(name) for name in MODULES if floor(name) is None}) == []  # a new room: give it a floor
+
+
+def test_every_arrow_points_down_or_along_its_floor():
+    up = sorted(f"{name} ({FLOORS[floor(name)][0]}) -> {target} ({FLOORS[floor(target)][0]})"
+                for name, path in MODULES.items() if floor(name) is not None
+                for target in imported(name, path) if floor(target) is not None and floor(target) < floor(name))
     assert up == []
