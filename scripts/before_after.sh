@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Behaviour kept across a redesign: the same benchmarks on two checkouts, back to back, in one run.
+#   scripts/before_after.sh BASE_CHECKOUT OUT [quick]
+# BASE_CHECKOUT is a checkout of the commit before (e.g. `git worktree add /tmp/base <sha>`); the
+# code after is this checkout. Both run with this checkout's venv, each on its own PYTHONPATH.
+# Writes OUT/{before,after}/<bench>/... and OUT/compare.md (scripts/compare_benches.py).
+set -euo pipefail
+base=$(cd "$1" && pwd); out=$2; quick=${3:-}
+here=$(cd "$(dirname "$0")/.." && pwd)
+py="$here/.venv/bin/python"
+mkdir -p "$out"
+run() {  # side checkout
+  local side=$1 tree=$2 dest="$out/$1"
+  mkdir -p "$dest"
+  echo "== $side: $tree"
+  (cd "$tree" && PYTHONPATH="$tree" "$py" -m homeai.cli bench continuous --n ${N:-48} --out "$dest/continuous")
+  (cd "$tree" && PYTHONPATH="$tree" "$py" -m homeai.cli bench household --duration ${DURATION:-40} --out "$dest/household")
+  (cd "$tree" && PYTHONPATH="$tree" "$py" -m homeai.cli bench multiturn --members 2 --turns ${TURNS:-4} --out "$dest/multiturn")
+  (cd "$tree" && PYTHONPATH="$tree" "$py" -m homeai.cli bench assistant --conversations ${CONV:-3} --turns 3 --reps 3 --out "$dest/assistant")
+  for profile in gpu-consumer-8b cpu-desktop-8b; do
+    (cd "$tree" && PYTHONPATH="$tree" "$py" -m homeai.cli bench all --simulate $profile --out "$dest/sim-$profile")
+  done
+}
+run before "$base"
+run after "$here"
+"$py" "$here/scripts/compare_benches.py" "$out/before" "$out/after" | tee "$out/compare.md"
