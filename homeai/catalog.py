@@ -113,12 +113,6 @@ def resolve(value: str, models: Path) -> Path | None:
     return model.path if model is not None else None
 
 
-def names_of(path: Path, models: Path) -> list[str]:
-    """The local names of the model whose file is `path` (the served one, listed by name)."""
-    target = Path(path).resolve()
-    return [m.name for m in listed(models) if m.path.resolve() == target]
-
-
 def spelling(models: Path, name: HubName) -> HubName:
     """`name` with its repository spelt as a local model of that repository spells it: the hub
     ignores case in repository names, a folder may not."""
