@@ -58,11 +58,17 @@ class AuthConfig:
 class ModelConfig:
     path: str = ""  # a GGUF file or a local model's name (`homeai models`); empty: the embedded SmolLM2-135M-Instruct
     embedding_path: str = ""  # a GGUF or local model for embeddings; empty: the generation model, mean-pooled
-    n_ctx: int = 8192  # KV cells of the main cache (background lanes; every lane if interactive_n_ctx is 0)
+    # KV cells of the main cache (background lanes; every lane if interactive_n_ctx is 0).
+    # 0: the model's training context, within kv_memory_share (homeai.engine.kvsize; doctor says).
+    n_ctx: int = 0
     # KV cells of a second cache for the interactive lanes (voice, chat): their tokens then attend
     # only to each other, not to long background documents (on a CPU a chat's prompt read 2x faster
-    # beside a 3,000-token document), at the cost of one more decode call per mixed step. 0: one cache.
-    interactive_n_ctx: int = 4096
+    # beside a 3,000-token document), at the cost of one more decode call per mixed step.
+    # -1: sized from the model as n_ctx's 0 (a client's long tool list fits as it fits the model); 0: one cache.
+    interactive_n_ctx: int = -1
+    # Most of the memory free at load (RAM, or the GPU's with layers offloaded) the caches sized from
+    # the model may take together; past it they get fewer cells than the training context.
+    kv_memory_share: float = 0.25
     n_seq_max: int = 32  # sequences decoding at once: more batches better, each needs cells
     n_batch: int = 512  # most tokens in one step: larger steps raise throughput and latency
     n_threads: int = 0  # 0: every core but one (a busy neighbour then stalls no step: docs/benchmarks.md)
@@ -332,11 +338,14 @@ def validate(cfg: Config, source: str) -> Config:
                f"must hold host names without scheme or port, like \"homeai.lan\", got {name!r}")
     _check(cfg.auth.required or is_loopback(s.host), source, "auth.required",
            f"may be false only when server.host is a loopback address (host is {s.host!r})")
-    _check(m.n_ctx >= 256, source, "model.n_ctx", f"must be at least 256, got {m.n_ctx}")
-    _check(m.interactive_n_ctx == 0 or m.interactive_n_ctx >= m.n_batch, source, "model.interactive_n_ctx",
-           f"must be 0 (one cache) or at least model.n_batch ({m.n_batch}), got {m.interactive_n_ctx}")
+    _check(m.n_ctx == 0 or m.n_ctx >= 256, source, "model.n_ctx",
+           f"must be at least 256 (or 0: from the model), got {m.n_ctx}")
+    _check(m.interactive_n_ctx in (-1, 0) or m.interactive_n_ctx >= m.n_batch, source, "model.interactive_n_ctx",
+           f"must be -1 (from the model), 0 (one cache) or at least model.n_batch ({m.n_batch}), "
+           f"got {m.interactive_n_ctx}")
+    _check(0 < m.kv_memory_share <= 1, source, "model.kv_memory_share", f"must be in (0, 1], got {m.kv_memory_share}")
     _check(1 <= m.n_seq_max <= 256, source, "model.n_seq_max", f"must be 1-256, got {m.n_seq_max}")
-    _check(m.n_seq_max <= m.n_batch <= m.n_ctx, source, "model.n_batch",
+    _check(m.n_seq_max <= m.n_batch and (m.n_ctx == 0 or m.n_batch <= m.n_ctx), source, "model.n_batch",
            f"must be between model.n_seq_max and model.n_ctx, got {m.n_batch}")
     _check(m.n_threads >= 0, source, "model.n_threads", "must be 0 (all cores) or more")
     _check(m.n_gpu_layers >= -1, source, "model.n_gpu_layers", "must be -1 (all) or more")

@@ -11,7 +11,7 @@ from homeai.config import from_dict
 
 def small_config(**model):
     """A small, quick configuration over the embedded model (2 threads, as on the CI box)."""
-    base = {"n_ctx": 4096, "n_seq_max": 16, "n_batch": 256, "n_threads": min(os.cpu_count() or 2, 4),
+    base = {"n_ctx": 4096, "interactive_n_ctx": 4096, "n_seq_max": 16, "n_batch": 256, "n_threads": min(os.cpu_count() or 2, 4),
             "embed_n_ctx": 1024, "embed_n_seq_max": 16}
     base.update(model)
     return from_dict({"model": base})

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from homeai.engine.state import CacheState, EngineState, LaneState, Latency, PromptCacheUse
 from homeai.engine.stats import LaneWindow, RequestStats
 from homeai.engine.template import ChatPrompt, PromptTokens
+from homeai.engine.kvsize import without_model
 from homeai.engine.text import TextStream
 from homeai.sched import costmodel
 from homeai.sched.request import Kind, Request, SamplingParams
@@ -498,13 +499,14 @@ async def _last(stream: RequestStream) -> FinishEvent:
 
 def scheduler_limits(cfg, info=None) -> SchedulerLimits:
     """The scheduler's limits from the config's model and scheduler sections (and the loaded model's
-    facts, when given: whether its embedding model can embed an input in chunks)."""
+    facts, when given: whether its embedding model can embed an input in chunks, the cells its caches got)."""
     m, s = cfg.model, cfg.scheduler
+    cells = (info.n_ctx, info.interactive_n_ctx) if info is not None else without_model(m.n_ctx, m.interactive_n_ctx)
     return SchedulerLimits(
-        num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
+        num_cells=cells[0], num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
         embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, w_in=s.w_in, w_out=s.w_out,
         background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms,
-        embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=m.interactive_n_ctx,
+        embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=cells[1],
         prompt_cache=s.prompt_cache, prompt_cache_max_cells=s.prompt_cache_max_cells,
         prompt_cache_shared=s.prompt_cache_shared, member_seq_share=s.member_seq_share)
 

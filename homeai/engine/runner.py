@@ -42,10 +42,11 @@ import llama_cpp as ll
 import numpy as np
 from llama_cpp.llama_grammar import SchemaConverter
 
+from homeai import gguf_header
 from homeai.config import GrammarConfig, ModelConfig
-from homeai.engine import gpu, template
+from homeai.engine import gpu, kvsize, template
 from homeai.engine.grammar_check import GrammarChecker
-from homeai.threads import default_threads
+from homeai.threads import CoreWatch
 from homeai.sched.request import Grammar, Sample, SamplingParams
 from homeai.sched.pools import GENERATE, Copy, Pool
 from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
@@ -77,6 +78,8 @@ class ModelInfo:
     embed_chunked: bool  # the embedding model keeps a KV cache: an input may be embedded in chunks
     gpu_offload: bool
     system_info: str
+    interactive_n_ctx: int = 0  # cells of the interactive lanes' own cache (0: they share the main one)
+    kv: kvsize.Sizes | None = None  # how the generation caches were sized, and what their cells cost
 
 
 _LOG_KEEP = {ll.GGML_LOG_LEVEL_ERROR} if hasattr(ll, "GGML_LOG_LEVEL_ERROR") else {4}
@@ -294,25 +297,107 @@ def _context(model, *, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int,
     return ctx
 
 
+def _kv_sizes(model, cfg: ModelConfig) -> kvsize.Sizes:
+    """The generation caches' cells: as configured, or from the loaded model within the memory budget."""
+    arch = _meta(model, "general.architecture")
+    hparams = {"context_length": ll.llama_model_n_ctx_train(model), "block_count": ll.llama_model_n_layer(model),
+               "embedding_length": ll.llama_model_n_embd(model), "attention.head_count": ll.llama_model_n_head(model),
+               "attention.head_count_kv": ll.llama_model_n_head_kv(model)}
+    for key in ("attention.key_length", "attention.value_length"):
+        value = _meta(model, f"{arch}.{key}")
+        hparams[key] = int(value) if value and value.isdigit() else None
+    return _plan(cfg, hparams)
+
+
+def kv_sizes(cfg: ModelConfig, model_path: Path) -> kvsize.Sizes | None:
+    """The same without loading the model (`homeai doctor`), from its GGUF header; None when the
+    header does not say its shape (per-layer head counts are arrays the reader skips)."""
+    meta = gguf_header.metadata(model_path)
+    arch = meta.get("general.architecture", "")
+    keys = ("context_length", "block_count", "embedding_length", "attention.head_count",
+            "attention.head_count_kv", "attention.key_length", "attention.value_length")
+    hparams = {key: meta.get(f"{arch}.{key}") for key in keys}
+    hparams["attention.head_count_kv"] = hparams["attention.head_count_kv"] or hparams["attention.head_count"]
+    if not all(isinstance(hparams[key], int) for key in keys[:5]):
+        return None
+    return _plan(cfg, hparams)
+
+
+def _plan(cfg: ModelConfig, hparams: dict) -> kvsize.Sizes:
+    n_head, n_head_kv = max(hparams["attention.head_count"], 1), max(hparams["attention.head_count_kv"], 1)
+    key_len = hparams.get("attention.key_length") or hparams["embedding_length"] // n_head
+    value_len = hparams.get("attention.value_length") or key_len
+    offloaded = gpu.offloaded_layers(cfg, bool(ll.llama_supports_gpu_offload())) != 0
+    shape = kvsize.Shape(n_ctx_train=hparams["context_length"], n_layer=hparams["block_count"], n_head=n_head,
+                         n_embd_k=n_head_kv * key_len, n_embd_v=n_head_kv * value_len, n_batch=cfg.n_batch,
+                         flash_attn=_flash_attn(cfg) != ll.LLAMA_FLASH_ATTN_TYPE_DISABLED)
+    return kvsize.plan(shape, n_ctx=cfg.n_ctx, interactive_n_ctx=cfg.interactive_n_ctx,
+                       free_bytes=_free_bytes(offloaded), share=cfg.kv_memory_share)
+
+
+def _meta(model, key: str) -> str | None:
+    buf = ctypes.create_string_buffer(128)
+    n = ll.llama_model_meta_val_str(model, key.encode(), buf, 128)
+    return buf.value.decode(errors="replace") if n >= 0 else None
+
+
+def _free_bytes(gpu_offload: bool) -> int:
+    """Memory free for KV cells now: the first GPU's when layers are offloaded, else RAM's (MemAvailable)."""
+    if gpu_offload:
+        free = _gpu_free_bytes()
+        if free:
+            return free
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _gpu_free_bytes() -> int:
+    from llama_cpp._ggml import libggml as g  # ggml's device API, which llama_cpp does not wrap
+
+    g.ggml_backend_dev_get.restype = ctypes.c_void_p
+    g.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+    g.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
+    g.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                                          ctypes.POINTER(ctypes.c_size_t)]
+    g.ggml_backend_dev_count.restype = ctypes.c_size_t
+    for i in range(g.ggml_backend_dev_count()):
+        dev = g.ggml_backend_dev_get(i)
+        if g.ggml_backend_dev_type(dev) in (1, 2):  # GGML_BACKEND_DEVICE_TYPE_GPU, _IGPU
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+            return free.value
+    return 0
+
+
 class Runner:
     grammar_checker: GrammarChecker | None = None  # started at the first grammar (`check_grammar`)
 
     def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None):
         _init_backend()
         self.cfg = cfg
-        threads = cfg.n_threads or default_threads()
+        # 0: every core while the box is quiet, fewer while other processes keep cores busy (homeai.threads)
+        self.core_watch = None if cfg.n_threads else CoreWatch()
+        threads = cfg.n_threads or self.core_watch.threads()
+        self.num_threads = threads
         gpu.apply(gpu.cuda_graphs(cfg, bool(ll.llama_supports_gpu_offload())))  # before any decode
         self.model = _load_model(model_path, cfg)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.chat = template.load(**_chat_template_source(self.model, self.vocab))  # compiled once, here
         self.control_texts = _control_texts(self.vocab)  # wrapped apart in members' text (template.Marks)
-        self.ctx = _context(self.model, n_ctx=cfg.n_ctx, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
+        self.kv = _kv_sizes(self.model, cfg)
+        self.ctx = _context(self.model, n_ctx=self.kv.main, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
                             n_threads=threads, embeddings=False, flash_attn=_flash_attn(cfg))
         self.memory = ll.llama_get_memory(self.ctx)
         self.ictx = None  # the interactive lanes' context, when they have their own cache
-        if cfg.interactive_n_ctx:
-            self.ictx = _context(self.model, n_ctx=cfg.interactive_n_ctx, n_batch=cfg.n_batch,
+        if self.kv.interactive:
+            self.ictx = _context(self.model, n_ctx=self.kv.interactive, n_batch=cfg.n_batch,
                                  n_seq_max=cfg.n_seq_max, n_threads=threads, embeddings=False,
                                  flash_attn=_flash_attn(cfg))
         self.imemory = ll.llama_get_memory(self.ictx) if self.ictx else None
@@ -338,13 +423,14 @@ class Runner:
         return ModelInfo(
             path=str(model_path), description=desc.value.decode(errors="replace"),
             size_bytes=ll.llama_model_size(self.model), n_vocab=self.n_vocab, n_ctx_train=n_ctx_train,
-            n_embd=ll.llama_model_n_embd(self.model), n_ctx=self.cfg.n_ctx, n_seq_max=self.cfg.n_seq_max,
-            max_seq_len=min(self.cfg.n_ctx, n_ctx_train),
-            interactive_max_seq_len=min(self.cfg.interactive_n_ctx or self.cfg.n_ctx, n_ctx_train),
+            n_embd=ll.llama_model_n_embd(self.model), n_ctx=self.kv.main, n_seq_max=self.cfg.n_seq_max,
+            max_seq_len=min(self.kv.main, n_ctx_train),
+            interactive_max_seq_len=min(self.kv.interactive or self.kv.main, n_ctx_train),
             embed_path=str(embedding_path or model_path), embed_n_embd=ll.llama_model_n_embd(self.embed_model),
             embed_max_tokens=self.cfg.embed_n_ctx, embed_chunked=bool(self.embed_memory),
             gpu_offload=bool(ll.llama_supports_gpu_offload()),
-            system_info=ll.llama_print_system_info().decode(errors="replace").strip())
+            system_info=ll.llama_print_system_info().decode(errors="replace").strip(),
+            interactive_n_ctx=self.kv.interactive, kv=self.kv)
 
     # ---- text ------------------------------------------------------------------
 
@@ -423,6 +509,7 @@ class Runner:
 
     def run(self, plan: StepPlan) -> StepResult:
         start = time.perf_counter()
+        self._follow_cores()
         for pool, ops in plan.cache_ops.items():
             memory = self._memory(pool)
             if not memory:  # an encoder without a KV cache keeps nothing to drop
@@ -441,6 +528,15 @@ class Runner:
             self._embed(plan.batches[Pool.EMBED], result)
         result.elapsed_ms = (time.perf_counter() - start) * 1000.0
         return result
+
+    def _follow_cores(self) -> None:
+        """Every context takes the thread count the core watch gives for this step (n_threads 0)."""
+        threads = self.core_watch.threads() if self.core_watch else self.num_threads
+        if threads != self.num_threads:
+            for ctx in (self.ctx, self.ictx, self.embed_ctx):
+                if ctx:
+                    ll.llama_set_n_threads(ctx, threads, threads)
+            self.num_threads = threads
 
     def _context(self, pool: Pool):
         return {Pool.MAIN: self.ctx, Pool.INTERACTIVE: self.ictx, Pool.EMBED: self.embed_ctx}[pool]
