@@ -71,7 +71,9 @@ class ModelConfig:
     kv_memory_share: float = 0.25
     n_seq_max: int = 32  # sequences decoding at once: more batches better, each needs cells
     n_batch: int = 512  # most tokens in one step: larger steps raise throughput and latency
-    n_threads: int = 0  # 0: every core but one (a busy neighbour then stalls no step: docs/benchmarks.md)
+    # 0: every core while the rest of the box is idle, a core fewer for each core other processes keep
+    # busy (homeai.threads.CoreWatch, asked before each step); a number: always that many
+    n_threads: int = 0
     n_gpu_layers: int = -1  # layers offloaded to the GPU; -1: all (a CPU-only build offloads none)
     # CUDA graphs: faster single-sequence decode, but they aborted with two generation contexts;
     # auto: off exactly then (interactive_n_ctx > 0 on a GPU), on | off: as said (homeai.engine.gpu)
