@@ -141,3 +141,25 @@ def test_refusals_are_service_errors_before_anything_is_queued(serving):
     with pytest.raises(ServiceError) as bad_tools:
         asyncio.run(service.check_tools([{"type": "function", "function": {"name": ""}}], None))
     assert (bad_tools.value.status_code, bad_tools.value.code) == (400, "invalid_tools")
+
+
+def test_a_conversation_too_long_is_refused_or_fitted_to_its_latest_turns(serving):
+    service = serving()
+    turns = []
+    for i in range(120):  # far past the chat lane's context
+        turns += [{"role": "user", "content": f"Remember the number {i} and the word lantern {i}."},
+                  {"role": "assistant", "content": f"I will remember {i} and lantern {i}."}]
+    conversation = [*turns, {"role": "user", "content": "Which was the last number?"}]
+    with pytest.raises(ServiceError) as refused:
+        asyncio.run(service.chat(ChatAsk(conversation, lane="chat", sampling=GREEDY), ADMIN))
+    assert (refused.value.status_code, refused.value.code, refused.value.param) == (
+        400, "context_length_exceeded", "messages")
+
+    async def fitted():
+        answer = await service.chat(ChatAsk(conversation, lane="chat", sampling=GREEDY, fit="latest",
+                                            prompt_param="content"), ADMIN)
+        return answer.num_prompt_tokens, await answer.whole()
+
+    num_prompt_tokens, whole = asyncio.run(fitted())
+    assert 0 < num_prompt_tokens <= service.engine().max_seq_len_for("chat") - GREEDY.max_tokens
+    assert whole.usage.prompt_tokens == num_prompt_tokens and whole.reason in ("stop", "length")
