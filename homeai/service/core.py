@@ -135,13 +135,7 @@ class Service:
         engine = self.engine()
         model = self.model(ask.model, "generate")
         runner = engine.runner
-        plan = await asyncio.to_thread(prompts.tool_plan, runner, ask.tools, ask.tool_choice,
-                                       ask.parallel_tool_calls)  # validating large schemas takes a while
-        if plan is not None and ask.structured not in (None, {"type": "text"}):
-            param = "format" if ask.structured_kind == "ollama" else "response_format"
-            raise ServiceError(400, f"{param} cannot be combined with tools", code="invalid_value", param=param)
-        grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, ask.structured,
-                                          ask.structured_kind)
+        plan, grammar = await self._plan(runner, ask)
         params = sampling.params(ask.sampling, policy, grammar)
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
@@ -149,6 +143,17 @@ class Service:
                               lane=lane, member=caller.name, params=params, prompt_param=ask.prompt_param)
         return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
                       citations=citations)
+
+    async def _plan(self, runner, ask: ChatAsk):
+        """The tool plan and the grammar the reply is held to, built off the loop (large schemas take
+        a while to validate, and a grammar up to `[grammar] build_timeout_s` to check)."""
+        plan = await asyncio.to_thread(prompts.tool_plan, runner, ask.tools, ask.tool_choice, ask.parallel_tool_calls)
+        if plan is not None and ask.structured not in (None, {"type": "text"}):
+            param = "format" if ask.structured_kind == "ollama" else "response_format"
+            raise ServiceError(400, f"{param} cannot be combined with tools", code="invalid_value", param=param)
+        grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, ask.structured,
+                                          ask.structured_kind)
+        return plan, grammar
 
     async def complete(self, ask: CompletionAsk, caller: Caller) -> Answer:
         """Continue a prompt: as it is, or as a user turn in the chat template (`template`)."""
