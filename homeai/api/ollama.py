@@ -1,6 +1,6 @@
 """Ollama's generation on homeai's port, for Home Assistant's `ollama` integration, Open WebUI and scripts.
 
-`/api/chat`, `/api/generate` and `/api/embed` (the served model's routes, `/api/tags` and the rest,
+`/api/chat`, `/api/generate`, `/api/embed` and the older `/api/embeddings` (the served model's routes, `/api/tags` and the rest,
 are `homeai.api.ollama_manage`'s). Generation goes through the same lanes as everywhere: the
 `X-HomeAI-Lane` header, else the member's default lane (`homeai members add ha --lane voice`),
 else chat; embeddings on the embeddings lane (a lane the member may not use: 403). The service
@@ -15,6 +15,10 @@ the shutdown refusal answer before any route, in OpenAI's shape.
 Tool calling and structured output (`format`) are the service's, as on `/v1`: each call comes
 whole, in a line of its own, with `arguments` an object. Ollama has no `tool_choice` ("auto"
 always); homeai takes one as its own field, as on `/v1`.
+
+Ollama's load and unload calls (no messages or prompt; `keep_alive: 0` to unload) answer at once
+with `done_reason` "load" or "unload"; the model is the household's, so it stays loaded for the
+others either way. With something to answer, `keep_alive` changes nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from homeai.api.auth import CurrentMember
 from homeai.api.deps import LaneHeader, ServiceDep
 from homeai.api.errors import ApiError
 from homeai.api.ollama_route import NDJSON, line, now, ollama_router
-from homeai.api.ollama_schemas import ChatRequest, EmbedRequest, GenerateRequest, Generating
+from homeai.api.ollama_schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, Generating
 from homeai.api.streaming import collect, until_disconnected
 from homeai.service import Answer, Call, Failed, Text, Whole
 
@@ -66,8 +70,8 @@ async def chat(body: ChatRequest, request: Request, service: ServiceDep, _ready:
     started = time.perf_counter_ns()
     model = _generation(service, body, lane, num_messages=len(body.messages))
     reply = Reply(model, "chat")
-    if not body.messages:  # Ollama's way to load a model: answered at once, it is loaded
-        return reply.loaded()
+    if not body.messages:  # Ollama's way to load (or, keep_alive 0, unload) a model: answered at once
+        return reply.loaded(body.unloads())
     answer = await service.chat(body.ask(lane, model), member)
     return await _answer(request, answer, reply, stream_lines=body.stream, started=started)
 
@@ -79,7 +83,7 @@ async def generate(body: GenerateRequest, request: Request, service: ServiceDep,
     model = _generation(service, body, lane)
     reply = Reply(model, "generate")
     if not body.prompt:
-        return reply.loaded()
+        return reply.loaded(body.unloads())
     answer = await service.complete(body.ask(lane, model), member)
     return await _answer(request, answer, reply, stream_lines=body.stream, started=started)
 
@@ -136,8 +140,10 @@ class Reply:
     def piece(self, text: str) -> dict:
         return {**self._head(), **self._text(text), "done": False}
 
-    def loaded(self) -> JSONResponse:
-        return JSONResponse({**self._head(), **self._text(""), "done": True, "done_reason": "load"})
+    def loaded(self, unload: bool) -> JSONResponse:
+        """Ollama's answer to its load or unload call (the model stays loaded for the household)."""
+        reason = "unload" if unload else "load"
+        return JSONResponse({**self._head(), **self._text(""), "done": True, "done_reason": reason})
 
     def whole(self, w: Whole, started: int) -> dict:
         body = self._text(w.content or "")
@@ -183,6 +189,22 @@ async def embed(body: EmbedRequest, request: Request, service: ServiceDep, _read
                                                                                    embedded.vectors],
                          "total_duration": time.perf_counter_ns() - started, "load_duration": 0,
                          "prompt_eval_count": embedded.num_tokens})
+
+
+@router.post("/embeddings")
+async def embeddings(body: EmbeddingsRequest, request: Request, service: ServiceDep, _ready: Ready,
+                     member: CurrentMember, lane_header: LaneHeader = None) -> Response:
+    """Ollama's older embeddings: the prompt's vector as the model gives it (Ollama normalises only
+    `/api/embed`'s), from the embeddings lane; an empty prompt is its load call, `[]`."""
+    model = _model(service, body.model, "embed")
+    lane = service.lane(member, lane_header, "embeddings")[0]
+    _local(service, lane)
+    if not body.prompt:
+        return JSONResponse({"embedding": []})
+    embedded = await until_disconnected(request, service.embed(body.ask(lane, model), member))
+    if embedded is None:  # the client left
+        return Response(status_code=499)
+    return JSONResponse({"embedding": np.asarray(embedded.vectors[0], dtype=np.float32).tolist()})
 
 
 # ---- helpers --------------------------------------------------------------------------------

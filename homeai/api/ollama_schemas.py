@@ -1,13 +1,16 @@
 """Request bodies of the Ollama-compatible endpoints (`homeai.api.ollama`), and their sampling.
 
 Ollama's own rules: fields and options a client sends that homeai does not use are ignored
-(`keep_alive`, `think`, `mirostat`, ...); a known one with a wrong type is a 400, as it is for
+(`think`, `mirostat`, ...); a known one with a wrong type is a 400, as it is for
 the OpenAI bodies (strict types, finite numbers, valid Unicode: `RequestBody`). `stream`
 defaults to true. Images are refused where they enter: this model reads text only.
+`keep_alive` is read only for Ollama's unload call (0 with nothing to answer): the household's
+one model stays loaded whatever a client asks.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
@@ -19,6 +22,7 @@ from homeai.service.sampling import MAX_STOPS
 
 Format = Literal["json", ""] | dict[str, Any]
 JSON_SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+ZERO_DURATION = re.compile(r"0+(\.0*)?(ns|us|µs|ms|s|m|h)?")  # "0", "0s", "0.0m": Go's durations, or seconds
 
 
 class Options(Body):
@@ -42,8 +46,14 @@ class Generating(RequestBody):
     format: Format | None = None
     options: Options | None = None
     stream: bool = True
-    keep_alive: str | int | float | None = None  # accepted, ignored: the model stays loaded
+    keep_alive: str | int | float | None = None  # 0: Ollama's unload (see `unloads`); else ignored
     think: bool | str | None = None  # accepted, ignored: the model does not think aloud
+
+    def unloads(self) -> bool:
+        """`keep_alive` is zero (0, 0.0, "0", "0s"): with nothing to answer, Ollama's unload call."""
+        if isinstance(self.keep_alive, str):
+            return bool(ZERO_DURATION.fullmatch(self.keep_alive.strip()))
+        return self.keep_alive == 0
 
     @field_validator("format")
     @classmethod
@@ -163,6 +173,18 @@ class EmbedRequest(RequestBody):
 
     def ask(self, lane: str, model: str) -> EmbedAsk:
         return EmbedAsk(self.inputs(), lane=lane, model=model)
+
+
+class EmbeddingsRequest(RequestBody):
+    """Ollama's older `/api/embeddings`: one `prompt`, one `embedding` (empty prompt: loaded, `[]`)."""
+
+    model: str
+    prompt: str = ""
+    options: dict[str, Any] | None = None  # nothing in them applies to embeddings
+    keep_alive: str | int | float | None = None
+
+    def ask(self, lane: str, model: str) -> EmbedAsk:
+        return EmbedAsk([self.prompt], lane=lane, model=model, prompt_param="prompt")
 
 
 class ModelRequest(RequestBody):
