@@ -26,6 +26,7 @@ import re
 import threading
 from pathlib import Path
 
+from homeai import catalog
 from homeai.api.dispatch import RemoteLanes
 from homeai.api.limits import PerMember
 from homeai.api.prometheus import Metrics
@@ -190,12 +191,17 @@ class Runtime:
         return self.models[purpose].id
 
     def resolve_model(self, requested: str | None, purpose: str) -> str | None:
-        """The id of the model serving `purpose` if `requested` names it (or an alias, or nothing)."""
+        """The id of the model serving `purpose` if `requested` names it (or an alias, or nothing, or the
+        served file's local name, `hf.co/<org>/<repo>:<quant>`: homeai.catalog)."""
         served = self.models[purpose].id
         if requested is None or requested in ALIASES:
             return served
         name = requested.removesuffix(".gguf")
-        return served if name == served or name == Path(self.models[purpose].path).name else None
+        if name == served or name == Path(self.models[purpose].path).name:
+            return served
+        local = catalog.find(catalog.folder(self.cfg.data_dir), requested)
+        named = local is not None and local.path.resolve() == Path(self.models[purpose].path).resolve()
+        return served if named else None
 
     def cards(self) -> list[ModelCard]:
         return list({card.id: card for card in self.models.values()}.values())

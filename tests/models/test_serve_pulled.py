@@ -8,6 +8,7 @@ Run: .venv/bin/python -m pytest tests/models/test_serve_pulled.py
 
 from __future__ import annotations
 
+import httpx
 import ollama
 import pytest
 
@@ -42,6 +43,13 @@ def test_a_pulled_split_model_served_by_its_name(hub, tmp_path):
             assert client.show(NAME.lower()).details.quantization_level == "Q8_0"
             answer = client.generate(model=served, prompt="Hello", options={"num_predict": 4, "seed": 1})
             assert answer.done and answer.eval_count > 0
+            by_name = client.chat(model=NAME.lower(), messages=[{"role": "user", "content": "Hi"}],
+                                  options={"num_predict": 4, "seed": 1})  # the served file by its local name
+            assert by_name.done and by_name.eval_count > 0
+            with httpx.Client(base_url=server.url, timeout=TIMEOUT) as http:
+                answered = http.post("/v1/chat/completions", json={
+                    "model": NAME, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+            assert answered.status_code == 200, answered.text
             assert client.pull(NAME).status == "success"  # served already: nothing downloaded
     finally:
         runner.close()
