@@ -75,10 +75,15 @@ class Admission:
         where the lanes share a cache), one cell kept per decoding sequence."""
         if not self.keeps_pace(request, moment):
             return False
-        decoding = Counter(self.pools.of(r) for r in self.pools.running if r.is_decoding)
-        if self.fits(request.num_tokens, True, decoding):
+        if self.fits(request.num_tokens, True, self._decoding(moment.admissions)):
             return True
         return self.layout.background_victim(self.pools, self.share) is not None
+
+    def _decoding(self, memo: Admissions) -> Counter[Pool]:
+        """Sequences decoding per pool, counted again only when the running set changed."""
+        if memo.decoding is None or memo.decoding[0] != self.pools.version:
+            memo.decoding = self.pools.version, Counter(self.pools.of(r) for r in self.pools.running if r.is_decoding)
+        return memo.decoding[1]
 
     def keeps_pace(self, request: Request, moment: Moment) -> bool:
         memo: Admissions = moment.admissions

@@ -37,18 +37,25 @@ class MemberShare:
         self.lanes = sorted((name for name, p in policies.items() if p.interactive), key=lambda n: policies[n].priority)
         self.entitled: set[str] = set()  # this step's members waiting below their cap
         self.capped = 0  # this step's cap
+        self._held: tuple[int, Counter[str]] | None = None  # the running set's version, and its counts
 
     def cap(self, num_readers: int) -> int:
         """The most sequences one member holds among `num_readers` while another member waits (at least one)."""
         return max(1, math.floor(self.share * num_readers))
 
     def held(self) -> Counter[str]:
-        """Interactive sequences running (all in one pool), per member."""
-        return Counter(r.member for r in self.pools.running if r.interactive)
+        """Interactive sequences running (all in one pool), per member (a copy, for the caller to count down)."""
+        return Counter(self._counts())
 
     def num_held(self, key: tuple[str, str]) -> int:
         """Interactive sequences a (lane, member) pair's member runs (fair share's tie-break: fewer goes first)."""
-        return sum(1 for r in self.pools.running if r.interactive and r.member == key[1])
+        return self._counts()[key[1]]
+
+    def _counts(self) -> Counter[str]:
+        """`held()`, counted again only when the running set changed (it is asked per waiting request)."""
+        if self._held is None or self._held[0] != self.pools.version:
+            self._held = self.pools.version, Counter(r.member for r in self.pools.running if r.interactive)
+        return self._held[1]
 
     # ---- at a step's start ------------------------------------------------------------
 
@@ -82,7 +89,7 @@ class MemberShare:
         """A member at its cap waits while another member's entitled request waits."""
         if not self.entitled or self.entitled == {request.member}:
             return True
-        return self.held()[request.member] + 1 <= self.capped
+        return self._counts()[request.member] + 1 <= self.capped
 
     # ---- when a sequence needs cells -----------------------------------------------------
 

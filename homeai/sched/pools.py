@@ -92,6 +92,7 @@ class KVPools:
         self.cache = {pool: PrefixCache() for pool in self.generating} if prompt_cache.enabled else {}
         self.min_reuse = max(prompt_cache.min_reuse, HEAD)
         self._ops: dict[Pool, list[Drop | Copy]] = {}
+        self._victims: tuple[int, dict[Pool | None, Request | None]] = (-1, {})  # `victim`'s, per version
 
     def of_class(self, interactive: bool) -> Pool:
         return self.interactive if interactive else Pool.MAIN
@@ -99,7 +100,7 @@ class KVPools:
     def of(self, request: Request) -> Pool:
         if request.kind is Kind.EMBED:
             return Pool.EMBED
-        return self.of_class(request.interactive)
+        return self.interactive if request.interactive else Pool.MAIN  # of_class, inlined: asked per request per step
 
     def fits(self, pool: Pool, num_cells: int, headroom: int = 0) -> bool:
         """A sequence id and `num_cells` cells, `headroom` more kept free (cached prefixes evicted)."""
@@ -146,6 +147,15 @@ class KVPools:
     def victim(self, pool: Pool | None = None, spare: Spare | None = None) -> Request | None:
         """The lowest-priority, latest-admitted running request (holding cells in `pool`, if given);
         one that `spare` keeps (background at its floor) only when no other could give way."""
+        if spare is None:  # a function of the running set alone: ranked again only when it changed
+            if self._victims[0] != self.version:
+                self._victims = self.version, {}
+            if pool not in self._victims[1]:
+                self._victims[1][pool] = self._victim(pool, None)
+            return self._victims[1][pool]
+        return self._victim(pool, spare)
+
+    def _victim(self, pool: Pool | None, spare: Spare | None) -> Request | None:
         ranked = [(r.priority, i, r) for i, r in enumerate(self.running) if pool is None or self.of(r) is pool]
         kept = [t for t in ranked if not (spare and spare(t[2]))] or ranked
         return max(kept, key=lambda t: t[:2])[2] if kept else None

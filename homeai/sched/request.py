@@ -126,8 +126,9 @@ class Request:
         return self.num_tokens - self.num_computed_tokens
 
     @property
-    def is_decoding(self) -> bool:
-        return self.status is Status.RUNNING and bool(self.output_tokens) and self.num_remaining == 1
+    def is_decoding(self) -> bool:  # asked of every running request several times a step: num_remaining inlined
+        return (self.status is Status.RUNNING and bool(self.output_tokens)
+                and len(self.prompt_tokens) + len(self.output_tokens) - self.num_computed_tokens == 1)
 
     @property
     def max_tokens(self) -> int:
@@ -142,4 +143,6 @@ class Request:
         n_prompt = len(self.prompt_tokens)
         if stop <= n_prompt:
             return self.prompt_tokens[start:stop]
-        return (self.prompt_tokens + self.output_tokens)[start:stop]
+        if start >= n_prompt:  # a decode: its last output token, not a copy of the whole sequence
+            return self.output_tokens[start - n_prompt:stop - n_prompt]
+        return self.prompt_tokens[start:] + self.output_tokens[:stop - n_prompt]

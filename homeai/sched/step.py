@@ -11,6 +11,7 @@ costed) and the fair-share cost of the chunks placed so far (`planned`) are its 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from homeai.sched.costmodel import StepCostModel
@@ -24,6 +25,7 @@ class Admissions:
 
     failed_need: dict[bool, float] = field(default_factory=lambda: {True: math.inf, False: math.inf})
     readers: tuple[int, Readers] | None = None  # the running set as costed, and the pools' version then
+    decoding: tuple[int, Counter[Pool]] | None = None  # sequences decoding per pool, and the pools' version then
     num_admitted: int = 0
 
 
