@@ -4,7 +4,9 @@
 queue, an oversized prompt) and hands back a `RequestStream` of events that asyncio code
 iterates with `async for` and plain code with `for`. `abort()` frees a request's sequence
 within one step. The scheduler is only touched under one lock; the runner works outside
-it, so submissions and aborts never wait for a step to finish.
+it, so submissions and aborts never wait for a step to finish. A step's events reach their
+asyncio readers with one wake-up per event loop, made just before the next decode, so the
+readers run while llama.cpp computes instead of taking the GIL from the loop token by token.
 
 A failed step fails its own requests and the loop goes on; but a loop that ends by any
 exception, or a runner that fails `MAX_FAILED_STEPS` steps in a row, is the engine's death:
@@ -103,11 +105,16 @@ class RequestStream:
         return self.request.request_id
 
     def push(self, event) -> None:
+        """Queue an event and wake its asyncio reader now."""
+        self.add(event)
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+
+    def add(self, event) -> None:
+        """Queue an event; a plain thread's reader wakes now, an asyncio reader when `wake_all` says."""
         with self._cond:
             self._items.append(event)
             self._cond.notify_all()
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._wakeup.set)
 
     def _pop(self):
         with self._cond:
@@ -146,6 +153,22 @@ class RequestStream:
         self.engine.abort(self.request_id)
 
 
+def wake_all(streams: Sequence[RequestStream]) -> None:
+    """Wake the asyncio readers of `streams`: one call into each event loop, however many streams."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+    for stream in streams:
+        if stream._loop is not None:
+            by_loop.setdefault(stream._loop, []).append(stream._wakeup)
+    for loop, events in by_loop.items():
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_set_all, events)
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
+
+
 class Engine:
     def __init__(self, runner, policies: dict[str, LanePolicy], limits: SchedulerLimits,
                  clock: Callable[[], float] = time.monotonic):
@@ -167,6 +190,7 @@ class Engine:
         self.member_prompt_cache: dict[tuple[str, str], PromptCacheUse] = {}  # per (lane, member): a member's own
         self._ids = itertools.count()
         self._calls: deque = deque()  # call_in_loop() work, run between steps
+        self._to_wake: list[RequestStream] = []  # streams given events this step, their readers not yet woken
         self._background_holds = 0  # background_paused() blocks open: only interactive work steps
         self._accepting = True
         self._stop = False
@@ -361,6 +385,8 @@ class Engine:
             self._loop()
         except BaseException as exc:
             self._die(exc)
+        finally:
+            self._wake_readers()
 
     def _die(self, exc: BaseException) -> None:
         reason = f"{type(exc).__name__}: {exc}"
@@ -386,15 +412,18 @@ class Engine:
                 if self._stop:
                     return
                 if self._calls and not self.scheduler.has_work():
+                    self._wake_readers()
                     self._run_calls()
                     continue
                 held = self._background_holds > 0
                 plan = self.scheduler.schedule(self.clock(), hold_background=held)
                 if plan.idle:
+                    self._wake_readers()
                     # Background held with nothing interactive: the hold's end or a request notifies.
                     held_out = held and not self.scheduler.has_interactive_work()
                     self.lock.wait(0.05 if held_out else self._idle_timeout())
                     continue
+            self._wake_readers()
             try:
                 result = self.runner.run(plan)
             except Exception as exc:  # a broken step fails its requests, not the server
@@ -432,7 +461,7 @@ class Engine:
             grammar = request.params.grammar
             if not request.held and grammar is not None and grammar.triggered(stream.text.text, output.sample.token):
                 request.held = True  # a tool call opened: its client takes it whole (the scheduler's pacing)
-            stream.push(TokenEvent(output.sample.token, delta, output.sample.logprob, output.sample.top_logprobs))
+            self._send(stream, TokenEvent(output.sample.token, delta, output.sample.logprob, output.sample.top_logprobs))
             if stopped and not output.finished:
                 self.scheduler.finish(request.request_id, "stop", self.clock())
                 self._close(request, "stop")
@@ -450,13 +479,31 @@ class Engine:
                                                                                  stats.cached_tokens)
             own = self.member_prompt_cache.get(request.key, PromptCacheUse())
             self.member_prompt_cache[request.key] = own.plus(stats.prompt_tokens, stats.cached_tokens)
-        stream.push(FinishEvent(reason, stream.text.flush(), stats, request.embedding, error))
+        self._send(stream, FinishEvent(reason, stream.text.flush(), stats, request.embedding, error))
         self.windows[request.lane].add(stats)
         for callback in self.on_finish:
             try:
                 callback(stats)
             except Exception:
                 log.exception("on_finish callback failed")
+
+    def _send(self, stream: RequestStream, event) -> None:
+        """An event for a stream. On the loop thread its asyncio reader is woken with the step's others,
+        just before the next decode (`_wake_readers`): the event loop then runs while llama.cpp
+        computes without the GIL, instead of taking the GIL from the loop after every token. From
+        another thread (an abort, `stop()`), at once."""
+        if threading.current_thread() is self._thread:
+            stream.add(event)
+            self._to_wake.append(stream)
+        else:
+            stream.push(event)
+
+    def _wake_readers(self) -> None:
+        """Wake the readers of this step's events (on the loop thread: before a decode, an idle wait,
+        a call between steps, or the loop's end)."""
+        if self._to_wake:
+            streams, self._to_wake = self._to_wake, []
+            wake_all(streams)
 
     def _fail(self, plan: StepPlan, error: str) -> None:
         """A step that raised: the scheduler settles none of it and ends its requests; so do their streams."""
