@@ -22,6 +22,7 @@ def test_rows_and_report(make_engine):
     assert all(r["homeai_tok_s"] > 0 and r["raw_tok_s"] > 0 for r in rows)
     text = report(rows, planning_cost(num_waiting=16, num_running=8, steps=5))
     assert "| 3 |" in text and "scheduler planning" in text
+    assert "overhead ms/step" in text and all(r["overhead_ms"] == r["overhead_ms"] for r in rows)  # a number, not NaN
 
 
 def test_the_engine_answers_the_same_after_the_raw_loop(make_engine):
