@@ -29,6 +29,8 @@ from homeai.service.submit import off_loop, submit
 from lanes import chat as chat_lane
 from lanes.base import LanePolicy
 
+OLLAMA_TAG = ":latest"  # `/api/tags` lists the served model as `<id>:latest`; Ollama's clients send it to /v1 too
+
 
 class Service:
     def __init__(self, runtime):
@@ -62,9 +64,10 @@ class Service:
         return self.runtime.cards()
 
     def model(self, requested: str | None, purpose: str) -> str:
-        """The served model's id for `purpose` ("generate" or "embed") if `requested` names it; else a 404."""
+        """The served model's id for `purpose` ("generate" or "embed") if `requested` names it (as
+        Ollama's `<id>:latest` too); else a 404."""
         self.ready()
-        model = self.runtime.resolve_model(requested, purpose)
+        model = self.runtime.resolve_model(_untagged(requested), purpose)
         if model is None:
             served = self.runtime.model_id(purpose)
             raise ServiceError(404, f"the model {requested!r} does not exist; this server serves {served!r}",
@@ -72,11 +75,12 @@ class Service:
         return model
 
     def find_model(self, name: str) -> tuple[object, set[str]] | None:
-        """The served card `name` names (its id, its file's name, or an alias) and what it does."""
+        """The served card `name` names (its id, its file's name, or an alias; `:latest` or not) and
+        what it does."""
         self.ready()
         found, purposes = None, set()
         for purpose in ("generate", "embed"):
-            if self.runtime.resolve_model(name, purpose) is not None:
+            if self.runtime.resolve_model(_untagged(name), purpose) is not None:
                 found = found or self.runtime.models[purpose]
                 if self.runtime.models[purpose] == found:
                     purposes.add(purpose)
@@ -212,6 +216,10 @@ class Service:
         if not system_text:
             return "", []
         return system_text, [{k: c[k] for k in ("n", "path", "score", "snippet")} for c in citations]
+
+
+def _untagged(name: str | None) -> str | None:
+    return name.removesuffix(OLLAMA_TAG) if name else name
 
 
 def _submit_embeds(engine: Engine, inputs: list, lane: str, member: str, loop) -> list[RequestStream]:
