@@ -164,6 +164,15 @@ class JobsConfig:
 
 
 @dataclass(frozen=True)
+class ClientsConfig:
+    """Clients that cannot send homeai's lane header, recognised by what they send (`homeai.service.clients`)."""
+
+    # Open WebUI's background tasks (title, tags, follow-ups: a prompt opening "### Task:") asked on the
+    # chat lane go to this lane when the member may use it; empty: they stay on the chat lane
+    background_task_lane: str = "summaries"
+
+
+@dataclass(frozen=True)
 class RemoteConfig:
     """A lane served by another OpenAI-compatible server (`[remote.<lane>]`); fair share and the
     lane's bounded queue still apply here, before dispatch."""
@@ -187,6 +196,7 @@ class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
     grammar: GrammarConfig = field(default_factory=GrammarConfig)
+    clients: ClientsConfig = field(default_factory=ClientsConfig)
     lanes: dict[str, LanePolicy] = field(default_factory=lambda: dict(DEFAULT_POLICIES))
     remotes: dict[str, RemoteConfig] = field(default_factory=dict)  # lane -> its remote server
     source: str = "(built-in defaults)"
@@ -206,7 +216,7 @@ class Config:
 SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
     "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "jobs": JobsConfig,
-    "wyoming": WyomingConfig, "grammar": GrammarConfig,
+    "wyoming": WyomingConfig, "grammar": GrammarConfig, "clients": ClientsConfig,
 }
 # Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.
 REMOTE_LANES = ("chat", "summaries", "embeddings")
@@ -378,6 +388,9 @@ def validate(cfg: Config, source: str) -> Config:
         _check(lane.ttft_target_ms > 0 and lane.itl_target_ms > 0, source, f"{key} targets", "must be positive")
         _check(0 <= lane.max_tokens <= s.max_output_tokens, source, f"{key}.max_tokens",
                f"must be 0..server.max_output_tokens ({s.max_output_tokens}), got {lane.max_tokens}")
+    task_lane = cfg.clients.background_task_lane
+    _check(task_lane in ("", *cfg.lanes), source, "clients.background_task_lane",
+           f"must be a lane ({', '.join(cfg.lanes)}) or empty, got {task_lane!r}")
     _validate_jobs(cfg, source)
     _validate_wyoming(cfg.wyoming, source)
     for lane, remote in cfg.remotes.items():

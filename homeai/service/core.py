@@ -19,7 +19,7 @@ import asyncio
 
 from homeai.engine.engine import Engine, RequestStream
 from homeai.sched.request import Kind
-from homeai.service import prompts, sampling
+from homeai.service import clients, prompts, sampling
 from homeai.service.answer import Answer
 from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
 from homeai.service.errors import ServiceError, embedding_failed, model_loading, model_unavailable
@@ -133,8 +133,10 @@ class Service:
     # ---- answers ----------------------------------------------------------------------------
 
     async def chat(self, ask: ChatAsk, caller: Caller) -> Answer:
-        """Answer a conversation; tools, structured output and documents as asked."""
-        lane, policy = self.lane(caller, ask.lane, ask.lane)
+        """Answer a conversation; tools, structured output and documents as asked (a client's
+        background task on its background lane: `homeai.service.clients`)."""
+        asked = clients.task_lane(self.cfg, caller, ask.lane, ask.messages)
+        lane, policy = self.lane(caller, asked, asked)
         self._check(ask)
         engine = self.engine()
         model = self.model(ask.model, "generate")

@@ -129,3 +129,58 @@ def test_keep_alive_zero_with_a_prompt_is_answered(client, tagged):
     chatted = client.chat(model=tagged, messages=[{"role": "user", "content": "Say hi"}], keep_alive="0s",
                           options=SHORT)
     assert chatted.done_reason in ("stop", "length") and chatted.eval_count > 0
+
+
+# ---- Open WebUI's background tasks --------------------------------------------------------------
+
+TASKS = ("title", "tags", "follow_ups")
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    import httpx
+
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT, headers={"Content-Type": "application/json"}) as c:
+        yield c
+
+
+@pytest.mark.parametrize("path, name", [("/api/chat", f"ollama_{t}.json") for t in TASKS]
+                         + [("/v1/chat/completions", f"openai_{t}.json") for t in TASKS])
+def test_open_webuis_recorded_tasks_land_on_the_background_task_lane(http, path, name):
+    before = lanes(http)
+    r = http.post(path, content=(FIXTURES / name).read_bytes())
+    assert r.status_code == 200, r.text
+    after = lanes(http)
+    assert after["summaries"]["finished"] == before["summaries"]["finished"] + 1
+    assert after["chat"]["finished"] == before["chat"]["finished"]
+
+
+def test_peoples_chats_stay_on_the_chat_lane(http, tagged):
+    before = lanes(http)["chat"]["finished"]
+    r = http.post("/api/chat", json={"model": tagged, "stream": False, "options": SHORT,
+                                     "messages": [{"role": "user", "content": "What is a ### Task: heading?"}]})
+    assert r.status_code == 200, r.text
+    assert lanes(http)["chat"]["finished"] == before + 1
+
+
+def test_the_task_rule():
+    from types import SimpleNamespace
+
+    from homeai.service.clients import task_lane
+    from homeai.service.rights import Caller
+
+    def cfg(lane):
+        return SimpleNamespace(clients=SimpleNamespace(background_task_lane=lane))
+
+    member = Caller("owui", False, 1, ("chat", "summaries"))
+    only_chat = Caller("kid", False, 2, ("chat",))
+    task = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
+            {"role": "user", "content": "### Task:\nGenerate a concise title"}]
+    assert task_lane(cfg("summaries"), member, "chat", task) == "summaries"
+    assert task_lane(cfg("summaries"), member, "chat", [{"role": "system", "content": "### Task: tags"}]) == "summaries"
+    parts = [{"role": "user", "content": [{"type": "text", "text": "### Task:\nfollow-ups"}]}]
+    assert task_lane(cfg("summaries"), member, "chat", parts) == "summaries"
+    assert task_lane(cfg(""), member, "chat", task) == "chat"  # the rule switched off
+    assert task_lane(cfg("summaries"), only_chat, "chat", task) == "chat"  # a lane the member may not use
+    assert task_lane(cfg("summaries"), member, "voice", task) == "voice"  # only the chat lane's requests move
+    assert task_lane(cfg("summaries"), member, "chat", task[:2] + [{"role": "user", "content": "Thanks"}]) == "chat"
