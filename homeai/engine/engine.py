@@ -389,6 +389,7 @@ class Engine:
             self._wake_readers()
 
     def _die(self, exc: BaseException) -> None:
+        self._wake_readers()  # the failed step's answers first, then these: before anyone hears of the death
         reason = f"{type(exc).__name__}: {exc}"
         log.critical("the engine loop died: %s", reason, exc_info=exc)
         with self.lock:
@@ -397,6 +398,7 @@ class Engine:
             for stream in list(self.streams.values()):
                 self._close(stream.request, "error", f"the engine stopped: {reason}")
             calls, self._calls = list(self._calls), deque()
+        self._wake_readers()
         for _, future in calls:
             future.set_exception(EngineStopped(f"the engine stopped: {reason}"))
         for callback in self.on_death:
