@@ -1,5 +1,5 @@
-"""Typed dependencies the routes take: the app's service (`ServiceDep`), its runtime, its engine once
-loaded (for routes not yet on the service), the lane header."""
+"""Typed dependencies the routes take: the app's service (`ServiceDep`), its runtime, the lane header.
+Routes reach the engine only through the service."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 
 from homeai.api.runtime import Runtime
-from homeai.engine.engine import Engine
 from homeai.service import Service
 
 
@@ -25,13 +24,6 @@ def get_service(request: Request) -> Service:
 
 ServiceDep = Annotated[Service, Depends(get_service)]
 
-
-def get_engine(request: Request) -> Engine:
-    """The engine once the model is loaded; else a 503 saying why (the service's words)."""
-    return get_service(request).engine()
-
-
-EngineDep = Annotated[Engine, Depends(get_engine)]
 
 # `X-HomeAI-Lane: voice` picks the lane when the body has no `lane` field.
 LaneHeader = Annotated[str | None, Header(alias="X-HomeAI-Lane")]

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from fastapi import APIRouter
 
 from homeai.api.auth import Caller, CurrentMember
-from homeai.api.deps import EngineDep, RuntimeDep
+from homeai.api.deps import ServiceDep
 from homeai.engine.state import EngineState, LaneState
 
 router = APIRouter(prefix="/api", tags=["lanes"])
@@ -28,10 +28,10 @@ CELL_KEYS = ("cells_used", "cells_cached")
 
 
 @router.get("/lanes")
-async def lanes(engine: EngineDep, runtime: RuntimeDep, member: CurrentMember) -> dict:
+async def lanes(service: ServiceDep, member: CurrentMember) -> dict:
     # On the event loop, where the remote gates change: their counts are read whole.
-    view = lanes_view(engine.state(), member)
-    for lane, remote in runtime.remotes.snapshot().items():
+    view = lanes_view(service.state(), member)
+    for lane, remote in service.remotes.snapshot().items():
         view["lanes"][lane]["remote"] = remote
     return view
 

@@ -31,12 +31,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from homeai import __version__, catalog, pull
 from homeai.api import ollama_models
 from homeai.api.auth import CurrentMember
-from homeai.api.deps import EngineDep, RuntimeDep
+from homeai.api.deps import RuntimeDep, ServiceDep
 from homeai.api.errors import ApiError
 from homeai.api.ollama_models import Listed
 from homeai.api.ollama_route import NDJSON, line, ollama_router
 from homeai.api.ollama_schemas import ModelRequest
-from homeai.engine.engine import Engine
 from homeai.gguf_header import context_length, metadata
 
 OLLAMA_VERSION = "0.12.0"  # the Ollama API this answers as: clients gate features (tools, think) on it
@@ -53,30 +52,29 @@ def version() -> dict:
 
 
 @router.get("/tags")
-def tags(runtime: RuntimeDep, _engine: EngineDep) -> dict:
+def tags(runtime: RuntimeDep, service: ServiceDep) -> dict:
     """A plain function: the first call reads the GGUF headers, in a worker thread."""
-    served = [Listed.of_card(card) for card in runtime.cards()]
+    served = [Listed.of_card(card) for card in service.cards()]  # a 503 while the model loads
     local = [Listed.of_local(model) for model in catalog.listed(_models(runtime))]
     names = {model.name for model in served}  # a hand-placed file served is listed once
     return {"models": [ollama_models.tag_entry(model) for model in served + [m for m in local if m.name not in names]]}
 
 
 @router.get("/ps")
-def ps(runtime: RuntimeDep, engine: EngineDep) -> dict:
-    on_gpu = engine.runner.info.gpu_offload
-    return {"models": [ollama_models.ps_entry(card, context_length=_context_length(engine), on_gpu=on_gpu)
-                       for card in runtime.cards()]}
+def ps(service: ServiceDep) -> dict:
+    return {"models": [ollama_models.ps_entry(card, context_length=service.context_length(), on_gpu=service.on_gpu())
+                       for card in service.cards()]}
 
 
 @router.post("/show")
-def show(body: ModelRequest, runtime: RuntimeDep, engine: EngineDep, member: CurrentMember) -> dict:
+def show(body: ModelRequest, runtime: RuntimeDep, service: ServiceDep, member: CurrentMember) -> dict:
     """The model file's path for an admin; its name only for other members."""
     name = body.requested()
     served = ollama_models.served(runtime, name)
     if served is not None:
         card, purposes = served
         return ollama_models.show(card.path, capabilities=ollama_models.capabilities(purposes),
-                                  context_length=_context_length(engine), full_path=member.is_admin)
+                                  context_length=service.context_length(), full_path=member.is_admin)
     local = catalog.find(_models(runtime), name)
     if local is None:
         raise ApiError(404, ollama_models.not_found(name))
@@ -86,9 +84,10 @@ def show(body: ModelRequest, runtime: RuntimeDep, engine: EngineDep, member: Cur
 
 
 @router.post("/pull")
-async def pull_model(body: ModelRequest, request: Request, runtime: RuntimeDep, _engine: EngineDep,
+async def pull_model(body: ModelRequest, request: Request, runtime: RuntimeDep, service: ServiceDep,
                      member: CurrentMember) -> Response:
     """A model that is here already (served or local) answers success to anyone; a download is an admin's."""
+    service.ready()
     name, models = body.requested(), _models(runtime)
     if ollama_models.served(runtime, name) is not None or catalog.find(models, name) is not None:
         return _answer(body.stream, [{"status": "pulling manifest"}, {"status": "success"}])
@@ -122,9 +121,10 @@ def _ended(key: str, job: asyncio.Future) -> None:
 
 
 @router.delete("/delete")
-def delete(body: ModelRequest, runtime: RuntimeDep, _engine: EngineDep, member: CurrentMember) -> Response:
+def delete(body: ModelRequest, runtime: RuntimeDep, service: ServiceDep, member: CurrentMember) -> Response:
     """A local model's files deleted, as `homeai models rm` does: an admin's when auth is on; never the
     model being served (change `model.path` and restart first)."""
+    service.ready()
     if runtime.cfg.auth.required and not member.is_admin:
         raise ApiError(403, "only an admin may delete models")
     name, models = body.requested(), _models(runtime)
@@ -213,6 +213,3 @@ def _ollama(step: pull.Step) -> dict:
 def _models(runtime) -> Path:
     return catalog.folder(runtime.cfg.data_dir)
 
-
-def _context_length(engine: Engine) -> int:
-    return engine.max_seq_len_for("chat") if "chat" in engine.policies else engine.max_seq_len

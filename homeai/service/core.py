@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 
 from homeai.engine.engine import Engine, RequestStream
+from homeai.engine.state import EngineState
 from homeai.sched.request import Kind
 from homeai.service import clients, prompts, sampling
 from homeai.service.answer import Answer
@@ -89,6 +90,10 @@ class Service:
     def context_length(self) -> int:
         engine = self.engine()
         return engine.max_seq_len_for("chat") if "chat" in engine.policies else engine.max_seq_len
+
+    def state(self) -> EngineState:
+        """The engine's lanes, queues and caches now (`/api/lanes`, `/metrics`)."""
+        return self.engine().state()
 
     def on_gpu(self) -> bool:
         return self.engine().runner.info.gpu_offload
