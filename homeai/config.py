@@ -76,7 +76,7 @@ class ModelConfig:
     n_threads: int = 0
     n_gpu_layers: int = -1  # layers offloaded to the GPU; -1: all (a CPU-only build offloads none)
     # CUDA graphs: faster single-sequence decode, but they aborted with two generation contexts;
-    # auto: off exactly then (interactive_n_ctx > 0 on a GPU), on | off: as said (homeai.engine.gpu)
+    # auto: off exactly then (two caches, interactive_n_ctx != 0, on a GPU), on | off: as said (homeai.engine.gpu)
     cuda_graphs: str = "auto"
     use_extra_bufts: bool = False  # llama.cpp's CPU repack/AMX buffers: faster, but segfault on some CPUs
     flash_attn: str = "auto"  # on | off | auto: on with GPU offload, off on the CPU (slow there for long contexts)
