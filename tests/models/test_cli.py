@@ -74,8 +74,11 @@ def test_ctrl_c_keeps_the_part_and_the_next_pull_resumes(env, hub, tmp_path, tin
     hub.add(TINY, "big-Q6_K.gguf", big)
     hub.delay_s = 0.02  # per 64 KiB: about 8 s in all
     name = f"hf.co/{TINY}:Q6_K"
+    # A terminal's Ctrl-C: the child hears SIGINT even when this run is a background job (which
+    # POSIX shells start with SIGINT ignored, and a child inherits that).
     process = subprocess.Popen([sys.executable, "-m", "homeai.cli", "pull", name], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     partial = tmp_path / "data" / "homeai" / "models" / ".partial"
     deadline = time.monotonic() + 60
     while not (partial.exists() and any(p.stat().st_size for p in partial.glob("*.part"))):
