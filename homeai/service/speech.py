@@ -62,12 +62,14 @@ class Speech:
         return EndOfSpeechDetector()
 
     async def transcribe(self, pcm16: bytes, sample_rate: int, language: str | None, vad: bool = False, *,
-                         need_words: bool = False) -> Transcript:
+                         need_words: bool = False, on_segment=None) -> Transcript:
         """A spoken question (PCM16 mono at `sample_rate`), background held meanwhile as configured;
-        with `need_words`, silence is the error `no_speech`."""
+        with `need_words`, silence is the error `no_speech`; `on_segment(text)` is called from the
+        speech model's thread with each segment as it is decoded (Wyoming's streaming transcripts)."""
         stt = self.model()
+        streamed = {"on_segment": on_segment} if on_segment is not None else {}
         with self._background_held():
-            transcript = await _mapped(stt.transcribe_pcm16_async(pcm16, sample_rate, language, vad))
+            transcript = await _mapped(stt.transcribe_pcm16_async(pcm16, sample_rate, language, vad, **streamed))
         if need_words and not transcript.text:
             raise ServiceError(400, NO_SPEECH, code="no_speech")
         return transcript

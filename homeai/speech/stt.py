@@ -88,14 +88,16 @@ class SpeechToText:
         return self._num_pending
 
     def transcribe_pcm16(self, pcm: bytes, sample_rate: int, language: str | None = "en",
-                         vad: bool = False, *, beam_size: int = 1) -> Transcript:
-        """Transcribe PCM16 little-endian mono; `vad` drops silences before decoding."""
+                         vad: bool = False, *, beam_size: int = 1,
+                         on_segment: Callable[[str], None] | None = None) -> Transcript:
+        """Transcribe PCM16 little-endian mono; `vad` drops silences before decoding; `on_segment`
+        is called (on this thread) with each segment's text as Whisper finishes it."""
         started = time.perf_counter()
         check_pcm16(pcm, sample_rate)
         check_duration(len(pcm) // 2, sample_rate, self.cfg.max_utterance_s)
         audio = pcm16_to_float(pcm, sample_rate)
         # Greedy by default: on a spoken question latency beats the last bit of accuracy.
-        return self._transcribe(audio, language, vad, beam_size, started)
+        return self._transcribe(audio, language, vad, beam_size, started, on_segment)
 
     def transcribe_file(self, data: bytes, language: str | None = None, *,
                         beam_size: int = 5) -> Transcript:
@@ -106,9 +108,10 @@ class SpeechToText:
         return self._transcribe(audio, language, False, beam_size, started)
 
     async def transcribe_pcm16_async(self, pcm: bytes, sample_rate: int, language: str | None = "en",
-                                     vad: bool = False, *, beam_size: int = 1) -> Transcript:
+                                     vad: bool = False, *, beam_size: int = 1,
+                                     on_segment: Callable[[str], None] | None = None) -> Transcript:
         return await self._run(lambda: self.transcribe_pcm16(pcm, sample_rate, language, vad,
-                                                             beam_size=beam_size))
+                                                             beam_size=beam_size, on_segment=on_segment))
 
     async def transcribe_file_async(self, data: bytes, language: str | None = None, *,
                                     beam_size: int = 5) -> Transcript:
@@ -119,13 +122,17 @@ class SpeechToText:
         self._executor.shutdown(wait=True)
 
     def _transcribe(self, audio: np.ndarray, language: str | None, vad: bool,
-                    beam_size: int, started: float) -> Transcript:
+                    beam_size: int, started: float, on_segment=None) -> Transcript:
         segments, info = self.model.transcribe(
             audio, language=language, beam_size=beam_size, vad_filter=vad,
             # Utterances are short: conditioning on earlier text only invites repetition loops.
             condition_on_previous_text=False)
         # `segments` is a lazy generator: the decoding happens here, on this thread.
-        parts = [(round(s.start, 2), round(s.end, 2), s.text.strip()) for s in segments]
+        parts = []
+        for s in segments:
+            parts.append((round(s.start, 2), round(s.end, 2), s.text.strip()))
+            if on_segment is not None and parts[-1][2]:
+                on_segment(parts[-1][2])
         return Transcript(
             text=" ".join(p[2] for p in parts if p[2]).strip(),
             language=info.language,
