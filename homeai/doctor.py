@@ -57,6 +57,7 @@ def facts(cfg: Config) -> dict:
     emb = embedding_model(cfg)
     out["embedding_model"] = f"{emb} ({_size(emb)})" if emb else "the generation model, mean-pooled"
     out["speech_model"] = _speech_model(cfg)
+    out["tts_voice"] = _tts_voice(cfg)
     out["data_dir"] = f"{cfg.data_dir} ({_writable(cfg.data_dir)})"
     url = cfg.database_url
     if url.startswith("sqlite:///"):
@@ -170,6 +171,22 @@ def _speech_model(cfg: Config) -> str:
     return f"{folder} ({_size(folder)}, {cfg.speech.device}/{cfg.speech.compute_type})"
 
 
+def _tts_voice(cfg: Config) -> str:
+    """Speech out's state: the voice it would load, or why there is none (chat serves either way)."""
+    from homeai.speech.base import SpeechModelError, resolve_voice, tts_libraries_missing
+
+    if not cfg.tts.enabled:
+        return "OFF (tts.enabled = false)"
+    missing = tts_libraries_missing()
+    if missing is not None:
+        return f"UNAVAILABLE: {missing}"
+    try:
+        voice = resolve_voice(cfg.tts)
+    except SpeechModelError as e:
+        return f"MISSING: {e}"
+    return f"{voice} ({_size(voice)}, {cfg.tts.workers} worker(s) x {cfg.tts.threads or 'all'} thread(s))"
+
+
 def render(info: dict) -> str:
     labels = {"homeai": "homeai version", "config": "config file", "backends": "llama.cpp backends",
               "gpu_offload": "GPU offload available", "n_gpu_layers": "layers offloaded",
@@ -178,7 +195,7 @@ def render(info: dict) -> str:
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
               "model": "generation model", "chat_template": "chat template", "kv_caches": "KV caches",
               "embedding_model": "embedding model",
-              "speech_model": "speech model", "data_dir": "data directory", "database": "database",
+              "speech_model": "speech model", "tts_voice": "speech out (piper voice)", "data_dir": "data directory", "database": "database",
               "listen": "listens on", "memory": "model memory"}
     lines = []
     for key, label in labels.items():

@@ -4,8 +4,8 @@
 model and the speech-to-text model in a background thread (so `/healthz` can answer "loading"
 meanwhile), or starts at once over a runner handed in (and a `SpeechToText` if one is handed
 in too: tests bring what they need); `stop()` stops the engine, and closes the runner and the
-speech model only when it loaded them. Speech is optional: when it cannot load, `stt` stays
-None, `stt_error` says why, and chat still serves. One `Runtime` per app, kept in `app.state.runtime`.
+speech models only when it loaded them. Speech is optional: when it cannot load, `stt` stays
+None, `stt_error` says why, and chat still serves; speech out (`tts`, piper) the same way. One `Runtime` per app, kept in `app.state.runtime`.
 
 `shutdown()` is the graceful stop before `stop()` (SIGTERM: `homeai.api.shutdown` says what it
 does); the runtime also keeps the lanes served by remote servers (`remotes`), the admission
@@ -35,7 +35,7 @@ from homeai.engine.state import EngineState
 from homeai.api.shutdown import Admission
 from homeai.config import Config
 from homeai.engine.engine import Engine, create_engine
-from homeai.speech.base import libraries_missing
+from homeai.speech.base import libraries_missing, tts_libraries_missing
 from homeai.store import db
 from homeai.store.members import ensure_default_member
 
@@ -56,13 +56,16 @@ class ModelCard:
 
 
 class Runtime:
-    def __init__(self, cfg: Config, runner=None, stt=None):
+    def __init__(self, cfg: Config, runner=None, stt=None, tts=None):
         self.cfg = cfg
         self.runner = runner
         self.owns_runner = runner is None
         self.stt = stt  # homeai.speech.stt.SpeechToText, or None (not loaded, or not loadable)
         self.owns_stt = stt is None
         self.stt_error: str | None = None
+        self.tts = tts  # homeai.speech.tts.TextToSpeech, or None (not loaded, or not loadable)
+        self.owns_tts = tts is None
+        self.tts_error: str | None = None
         self.engine: Engine | None = None
         self.error: str | None = None
         self.models: dict[str, ModelCard] = {}  # generate and embed
@@ -108,13 +111,16 @@ class Runtime:
             self.error = f"the model could not be loaded: {file_names_only(str(exc))}"
             return
         stt = self.stt or self._load_stt()
+        tts = self.tts or self._load_tts()
         with self._lock:
             if self._closing:
                 runner.close()
                 if stt is not None and self.owns_stt:
                     stt.close()
+                if tts is not None and self.owns_tts:
+                    tts.close()
                 return
-            self.runner, self.stt = runner, stt
+            self.runner, self.stt, self.tts = runner, stt, tts
             self._start_engine(runner)
 
     def _load_stt(self):
@@ -128,6 +134,19 @@ class Runtime:
                 reason = str(exc)
         log.warning("speech to text is unavailable: %s", reason)
         self.stt_error = f"speech to text is unavailable: {file_names_only(reason)}"
+        return None
+
+    def _load_tts(self):
+        reason = "it is disabled (tts.enabled = false)" if not self.cfg.tts.enabled else tts_libraries_missing()
+        if reason is None:
+            from homeai.speech.tts import TextToSpeech
+
+            try:
+                return TextToSpeech(self.cfg.tts)
+            except Exception as exc:
+                reason = str(exc)
+        log.warning("text to speech is unavailable: %s", reason)
+        self.tts_error = f"text to speech is unavailable: {file_names_only(reason)}"
         return None
 
     def _start_engine(self, runner) -> None:
@@ -166,11 +185,13 @@ class Runtime:
     def stop(self) -> None:
         with self._lock:
             self._closing = True
-            engine, runner, stt = self.engine, self.runner, self.stt
+            engine, runner, stt, tts = self.engine, self.runner, self.stt, self.tts
         if engine is not None:
             engine.stop(timeout=STOP_TIMEOUT_S)
         if self.owns_stt and stt is not None:
             stt.close()
+        if self.owns_tts and tts is not None:
+            tts.close()
         if self.recorder is not None:
             self.recorder.stop()
         if self.owns_runner and runner is not None:

@@ -12,6 +12,7 @@ from homeai.service.core import Service
 from homeai.service.errors import ServiceError
 from homeai.service.rights import Caller
 from homeai.service.sampling import SamplingAsk
+from homeai.service.speaking import Speaking
 
 __all__ = ["Answer", "Call", "Caller", "ChatAsk", "CompletionAsk", "Done", "EmbedAsk", "Embeddings", "Failed",
-           "SamplingAsk", "Service", "ServiceError", "Text", "Usage", "Whole"]
+           "SamplingAsk", "Service", "ServiceError", "Speaking", "Text", "Usage", "Whole"]
