@@ -2,8 +2,8 @@
 
     homeai serve [--config FILE] [--host H] [--port P]
     homeai doctor [--config FILE]
-    homeai members add NAME [--admin] [--lane LANE] [--lanes LANE,...] | lane NAME [LANE] | lanes NAME LANE,...
-                   | list | revoke NAME | revoke --prefix PREFIX
+    homeai members add NAME [--admin] [--lane LANE] [--lanes LANE,...] [--proxy] | lane NAME [LANE] | lanes NAME LANE,...
+                   | proxy NAME [--off] | list | revoke NAME | revoke --prefix PREFIX
     homeai index [PATH...] [--no-summaries]
     homeai pull hf.co/<org>/<repo>[:<quantisation or file>]
     homeai models [list | rm NAME | clean]
@@ -65,12 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
                      "then they may use voice too)")
     add.add_argument("--lanes", help="the lanes the member may use, comma-separated (default: chat,summaries,"
                      "indexing,embeddings and the --lane; admins may use every lane)")
+    add.add_argument("--proxy", action="store_true", help="a trusted proxy (Open WebUI): the user named in its "
+                     "[clients] proxy_user_header is shared fairly as a key of its own")
     lane = msub.add_parser("lane", help="set a member's default lane (none given: clear it)")
     lane.add_argument("name")
     lane.add_argument("lane", nargs="?")
     lanes = msub.add_parser("lanes", help="set the lanes a member may use, e.g. chat,voice")
     lanes.add_argument("name")
     lanes.add_argument("lanes")
+    proxy = msub.add_parser("proxy", help="mark a member as a trusted proxy (--off: no longer)")
+    proxy.add_argument("name")
+    proxy.add_argument("--off", action="store_true")
     token = msub.add_parser("token", help="print one more token for a member")
     token.add_argument("name")
     msub.add_parser("list", help="list members and their token prefixes")
@@ -158,8 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
     # Subcommands also take --config after their name.
-    for p in (serve, doctor, members, bench, engine, grammar, voice, neighbour, http, multi, rmodel, add, lane, lanes, token,
-              revoke, *workloads):
+    for p in (serve, doctor, members, bench, engine, grammar, voice, neighbour, http, multi, rmodel, add, lane, lanes,
+              proxy, token, revoke, *workloads):
         p.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
@@ -196,8 +201,10 @@ def cmd_members(cfg: config_mod.Config, args) -> int:
         try:
             if args.action == "add":
                 member, token = members.add_member(session, name=args.name, admin=args.admin,
-                                                   lane=_known_lane(cfg, args.lane), lanes=_lane_list(args.lanes))
-                print(f"added {member.name} ({member.role}, lanes: {_lanes_text(members, member)}); "
+                                                   lane=_known_lane(cfg, args.lane), lanes=_lane_list(args.lanes),
+                                                   proxy=args.proxy)
+                print(f"added {member.name} ({member.role}{', proxy' if args.proxy else ''}, "
+                      f"lanes: {_lanes_text(members, member)}); "
                       f"token (shown once): {token}")
             elif args.action == "lane":
                 members.set_default_lane(session, name=args.name, lane=_known_lane(cfg, args.lane))
@@ -205,12 +212,17 @@ def cmd_members(cfg: config_mod.Config, args) -> int:
             elif args.action == "lanes":
                 allowed = members.set_lanes(session, name=args.name, lanes=_lane_list(args.lanes))
                 print(f"{args.name} may use: {','.join(allowed)}")
+            elif args.action == "proxy":
+                members.set_proxy(session, name=args.name, proxy=not args.off)
+                print(f"{args.name} is {'no longer ' if args.off else ''}a trusted proxy "
+                      f"(its users named by {cfg.clients.proxy_user_header})")
             elif args.action == "token":
                 print(members.add_token(session, name=args.name))
             elif args.action == "list":
                 for m in members.list_members(session):
                     lane = f"lane: {m.settings.default_lane}  " if m.settings and m.settings.default_lane else ""
-                    print(f"{m.name:20} {m.role:7} {lane}lanes: {_lanes_text(members, m)}  "
+                    proxy = "proxy  " if members.is_proxy(m) else ""
+                    print(f"{m.name:20} {m.role:7} {proxy}{lane}lanes: {_lanes_text(members, m)}  "
                           f"tokens: {', '.join(m.active_prefixes) or '-'}")
             elif args.action == "revoke":
                 if not args.name and not args.prefix:

@@ -184,6 +184,10 @@ class ClientsConfig:
     # Open WebUI's background tasks (title, tags, follow-ups: a prompt opening "### Task:") asked on the
     # chat lane go to this lane when the member may use it; empty: they stay on the chat lane
     background_task_lane: str = "summaries"
+    # From a member marked as a trusted proxy (`homeai members add owui --proxy`), this header names the
+    # person asking (Open WebUI sends it with ENABLE_FORWARD_USER_INFO_HEADERS=true): each is shared
+    # fairly as a key of their own; from anyone else it is ignored. Empty: no member's header counts
+    proxy_user_header: str = "X-OpenWebUI-User-Id"
 
 
 @dataclass(frozen=True)
@@ -409,6 +413,9 @@ def validate(cfg: Config, source: str) -> Config:
     task_lane = cfg.clients.background_task_lane
     _check(task_lane in ("", *cfg.lanes), source, "clients.background_task_lane",
            f"must be a lane ({', '.join(cfg.lanes)}) or empty, got {task_lane!r}")
+    _check(re.fullmatch(r"[A-Za-z0-9-]*", cfg.clients.proxy_user_header) is not None, source,
+           "clients.proxy_user_header", f"must be a header name (letters, digits, -) or empty, "
+           f"got {cfg.clients.proxy_user_header!r}")
     _validate_jobs(cfg, source)
     _validate_wyoming(cfg.wyoming, source)
     for lane, remote in cfg.remotes.items():

@@ -9,6 +9,10 @@ box when auth is off, is one); any other member, the lanes stored for them, by d
 and the background lanes, and voice only when asked for (`--lanes`, or `--lane voice`, a
 default lane being one they may use). `LaneNotAllowed` is the one refusal every route,
 the voice socket and Wyoming report.
+
+A trusted proxy (`--proxy`, `set_proxy`): a member whose token a tool such as Open WebUI uses for
+all its users; the user it names in `[clients] proxy_user_header` is then the key they are shared
+fairly by (`homeai.service.clients`). Its own lanes and limits still apply to every user.
 """
 
 from __future__ import annotations
@@ -58,10 +62,10 @@ def hash_token(token: str) -> str:
 
 
 def add_member(session: Session, *, name: str, admin: bool = False, lane: str | None = None,
-               lanes: Iterable[str] | None = None) -> tuple[Member, str]:
+               lanes: Iterable[str] | None = None, proxy: bool = False) -> tuple[Member, str]:
     """A new member and their first token (plaintext, shown once); `lane`: their default lane,
     `lanes`: the lanes they may use (None: `DEFAULT_LANES` and the default lane; an admin may
-    use every lane, so `lanes` is refused for one)."""
+    use every lane, so `lanes` is refused for one); `proxy`: a trusted proxy."""
     name = _valid_name(name)
     if _find(session, name) is not None:
         raise ValueError(f"member {name!r} already exists")
@@ -77,6 +81,8 @@ def add_member(session: Session, *, name: str, admin: bool = False, lane: str | 
         if lane is not None:
             check_lane(name, allowed, _known_lane(lane))
         member.settings = MemberSettings(default_lane=lane, lanes=",".join(allowed))
+    if proxy:
+        _settings(member).proxy = True
     session.add(member)
     token = _new_token(member)
     session.commit()
@@ -115,6 +121,16 @@ def set_lanes(session: Session, *, name: str, lanes: Iterable[str]) -> tuple[str
     _settings(member).lanes = ",".join(allowed)
     session.commit()
     return allowed
+
+
+def set_proxy(session: Session, *, name: str, proxy: bool) -> None:
+    """Mark `name` as a trusted proxy (its users' header counts) or not."""
+    _settings(_get(session, name)).proxy = proxy
+    session.commit()
+
+
+def is_proxy(member: Member) -> bool:
+    return bool(member.settings and member.settings.proxy)
 
 
 def allowed_lanes(member: Member) -> tuple[str, ...]:

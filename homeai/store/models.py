@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (
-    JSON, BigInteger, CheckConstraint, DateTime, Float, ForeignKey, Index, Integer, LargeBinary,
-    MetaData, String, Text, TypeDecorator, UniqueConstraint,
+    JSON, BigInteger, Boolean, CheckConstraint, DateTime, Float, ForeignKey, Index, Integer, LargeBinary,
+    MetaData, String, Text, TypeDecorator, UniqueConstraint, false,
 )
 from sqlalchemy.ext.mutable import MutableList
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -88,8 +88,8 @@ class Member(Base):
 
 
 class MemberSettings(Base):
-    """A member's default lane and the lanes they may use, beside the row authentication reads
-    (every member who is not an admin has a row)."""
+    """A member's default lane, the lanes they may use and whether they are a trusted proxy, beside
+    the row authentication reads (every member who is not an admin has a row)."""
 
     __tablename__ = "member_settings"
 
@@ -98,6 +98,9 @@ class MemberSettings(Base):
     # The lanes the member may use, comma-separated ("chat,summaries,indexing,embeddings"); None for
     # an admin, who may use every lane (`homeai.store.members.allowed_lanes`).
     lanes: Mapped[str | None] = mapped_column(String(128))
+    # A trusted proxy (Open WebUI): its users, named by `[clients] proxy_user_header`, are shared fairly
+    # as keys of their own (`homeai.service.clients`); anyone else's header is ignored.
+    proxy: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class Token(Base):
