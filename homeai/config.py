@@ -151,6 +151,9 @@ class WyomingConfig:
     max_connections_per_address: int = 4  # open connections from one client address
     max_audio_bytes: int = 3_000_000  # audio one connection may buffer (about 30 s at 48 kHz mono PCM16)
     member: str = ""  # the member Wyoming clients act as: it must be allowed the voice lane; "": no check
+    # transcript-start, a transcript-chunk per segment, transcript, transcript-stop: for clients that read
+    # on to `transcript` (Home Assistant does); off: the one `transcript` event older clients wait for
+    transcript_streaming: bool = False
 
 
 @dataclass(frozen=True)
