@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from homeai import __version__
-from homeai.api import errors, health, household, jobs, lanes, metrics, transcriptions, voice, web
+from homeai.api import audio_speech, errors, health, household, jobs, lanes, metrics, transcriptions, voice, web
 from homeai.api import ollama as ollama_routes
 from homeai.api import ollama_manage
 from homeai.api import openai as openai_routes
@@ -32,9 +32,9 @@ from homeai.service import Service
 from homeai.wyoming.server import WyomingServer
 
 
-def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
-    """The app for `cfg`; with `runner` (and `stt`, a SpeechToText), serve those loaded models
-    (not closed at shutdown)."""
+def create_app(cfg: Config, *, runner=None, stt=None, tts=None) -> FastAPI:
+    """The app for `cfg`; with `runner` (and `stt`, a SpeechToText, and `tts`, a TextToSpeech), serve
+    those loaded models (not closed at shutdown)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -57,12 +57,12 @@ def create_app(cfg: Config, *, runner=None, stt=None) -> FastAPI:
     docs = cfg.server.api_docs  # off by default: Swagger UI and ReDoc load their scripts from a CDN
     app = FastAPI(title="homeai", version=__version__, lifespan=lifespan, docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None)
-    app.state.runtime = Runtime(cfg, runner, stt)
+    app.state.runtime = Runtime(cfg, runner, stt, tts)
     app.state.service = Service(app.state.runtime)  # what every protocol asks of the model
     app.state.revocations = Revocations()  # tokens held by open sockets and requests, ended once revoked
     errors.install(app)
-    for module in (health, openai_routes, ollama_manage, ollama_routes, lanes, metrics, transcriptions, voice,
-                   household, jobs, web):
+    for module in (health, openai_routes, ollama_manage, ollama_routes, lanes, metrics, transcriptions,
+                   audio_speech, voice, household, jobs, web):
         app.include_router(module.router)
     app.add_middleware(RevocationMiddleware, revocations=app.state.revocations)
     if cfg.server.cors_origins:  # without the middleware, browsers keep to the same origin

@@ -155,13 +155,21 @@ def pcm16_to_float(pcm: bytes, sample_rate: int) -> np.ndarray:
     return resample(audio, sample_rate)
 
 
-def resample(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Linear interpolation to 16 kHz: enough for speech recognition, no extra dependency."""
-    if sample_rate == SAMPLE_RATE or audio.size == 0:
+def resample(audio: np.ndarray, sample_rate: int, to_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Linear interpolation to `to_rate` (16 kHz): enough for speech recognition, no extra dependency."""
+    if sample_rate == to_rate or audio.size == 0:
         return audio
-    num_out = round(audio.size * SAMPLE_RATE / sample_rate)
-    t_out = np.arange(num_out, dtype=np.float64) * (sample_rate / SAMPLE_RATE)
+    num_out = round(audio.size * to_rate / sample_rate)
+    t_out = np.arange(num_out, dtype=np.float64) * (sample_rate / to_rate)
     return np.interp(t_out, np.arange(audio.size), audio).astype(np.float32)
+
+
+def resample_pcm16(pcm: bytes, sample_rate: int, to_rate: int) -> bytes:
+    """PCM16 little-endian mono from one rate to another."""
+    if sample_rate == to_rate:
+        return pcm
+    audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32)
+    return np.round(resample(audio, sample_rate, to_rate)).astype("<i2").tobytes()
 
 
 def check_duration(num_samples: int, sample_rate: int, max_s: float) -> float:

@@ -46,20 +46,20 @@ _LINE_MARKERS = [
     (re.compile(r"^\s*(?:[-*+•]|\d{1,3}[.)])\s+(\[[ xX]\]\s+)?"), ""),  # list items, task boxes
 ]
 _INLINE = [
+    (re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])"), r"\1"),               # escapes
     (re.compile(r"!\[([^\]]*)\]\([^)]*\)"), r"\1"),                    # images: their alt text
     (re.compile(r"\[([^\]]+)\]\([^)]*\)"), r"\1"),                     # links: their text
     (re.compile(r"\[([^\]]+)\]\[[^\]]*\]"), r"\1"),                    # reference links
     (re.compile(r"\[\^[^\]]*\]"), ""),                                 # footnote marks
     (re.compile(r"<(https?://[^>\s]+)>"), r"\1"),                      # autolinks
     (re.compile(r"</?[A-Za-z][^<>]*>"), ""),                           # HTML tags
-    (re.compile(r"https?://(?:www\.)?([^/\s?#)]+)[^\s)]*"), r"\1"),    # URLs: their host
+    (re.compile(r"https?://(?:www\.)?([^/\s?#)]+)(?:[^\s)]*[^\s).,;:!?'\"])?"), r"\1"),  # URLs: their host
     (re.compile(r"`+([^`]*)`+"), r"\1"),                               # inline code
     (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),             # strong
     (re.compile(r"(?<![\w*])\*(?=\S)(.+?)(?<=\S)\*(?![\w*])"), r"\1"),  # emphasis
     (re.compile(r"(?<!\w)_(?=\S)(.+?)(?<=\S)_(?!\w)"), r"\1"),          # emphasis (not snake_case)
     (re.compile(r"~~(.+?)~~"), r"\1"),                                  # strikethrough
     (re.compile(r"\*\*|__|~~|[*`]"), ""),                               # markers left unpaired
-    (re.compile(r"\\([\\`*_{}\[\]()#+\-.!|>~])"), r"\1"),               # escapes
 ]
 _TABLE_PIPES = re.compile(r"\s*\|\s*")
 
@@ -103,6 +103,8 @@ def _word_before(text: str, end: int) -> str:
 
 def _ends_sentence(text: str, match: re.Match, *, line_start: bool, final: bool) -> bool | None:
     """Whether END's match ends a sentence; None while the next word has not arrived to say."""
+    if match.end() == len(text):  # more of it may follow ("?!", "3.5", a closing quote)
+        return True if final else None
     if "." not in match.group() or any(ch in match.group() for ch in "!?…"):
         return True
     after = text[match.end():].lstrip()
@@ -110,7 +112,7 @@ def _ends_sentence(text: str, match: re.Match, *, line_start: bool, final: bool)
         return True if final else None
     word = _word_before(text, match.start())
     capital = after[0].isupper() or not after[0].isalpha()
-    if word in TITLES or (len(word) == 1 and word.isalpha()) or re.fullmatch(r"(\w\.)+\w", word):
+    if word in TITLES or (len(word) == 1 and word.isalpha()) or re.fullmatch(r"([a-z]\.)+[a-z]", word):
         return word in MAYBE_FINAL and after[0].isupper()
     if word in MAYBE_FINAL:
         return after[0].isupper()
