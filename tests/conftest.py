@@ -1,8 +1,10 @@
-"""Shared fixtures: one loaded SmolLM2 model per test session, and engines over it."""
+"""Shared fixtures: one loaded SmolLM2 model per test session, and engines over it; one loaded piper
+voice (`tts`) and one speech model to hear it back (`stt`), with `heard_share` for what was heard."""
 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -50,3 +52,38 @@ def make_engine(runner):
     yield build
     for engine in engines:
         engine.stop()
+
+
+@pytest.fixture(scope="session")
+def tts():
+    """The embedded piper voice (en_US-joe-medium), loaded once for every test that speaks."""
+    from homeai.config import TtsConfig
+    from homeai.speech.tts import TextToSpeech
+
+    loaded = TextToSpeech(TtsConfig())
+    yield loaded
+    loaded.close()
+
+
+@pytest.fixture(scope="session")
+def stt():
+    """The embedded tiny.en, to hear back what homeai says (tests/speech and tests/voice load their own)."""
+    from homeai.config import SpeechConfig
+    from homeai.speech.stt import SpeechToText
+
+    loaded = SpeechToText(SpeechConfig())
+    yield loaded
+    loaded.close()
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def heard_share(stt, pcm: bytes, sample_rate: int, said: str) -> tuple[float, str]:
+    """The share of `said`'s words faster-whisper hears in PCM16 mono at `sample_rate`, and what it heard.
+    Speech recognition spells some words its own way: check a share (>= 0.7), never the exact text."""
+    heard = stt.transcribe_pcm16(pcm, sample_rate).text
+    heard_words = set(words(heard))
+    said_words = words(said)
+    return sum(w in heard_words for w in said_words) / max(1, len(said_words)), heard

@@ -96,6 +96,8 @@ class Runtime:
 
     def start(self) -> None:
         if self.runner is not None:
+            if self.tts is None and not self.cfg.tts.enabled:
+                self._load_tts()  # loads nothing: records why there is no speech out
             self._start_engine(self.runner)
         else:
             threading.Thread(target=self._load, name="homeai-load", daemon=True).start()
