@@ -34,7 +34,7 @@ from homeai.engine.template import ChatPrompt, PromptTokens
 from homeai.engine.kvsize import without_model
 from homeai.engine.text import TextStream
 from homeai.sched import costmodel
-from homeai.sched.request import Kind, Request, SamplingParams
+from homeai.sched.request import Kind, Pool, Request, SamplingParams
 from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan, UnknownLane
 from lanes.base import LanePolicy
 
@@ -55,10 +55,19 @@ class InvalidRequest(ValueError):
 
 
 class PromptTooLong(InvalidRequest):
-    def __init__(self, num_tokens: int, limit: int):
-        super().__init__(f"the prompt has {num_tokens} tokens but at most {limit} fit the context "
-                         f"(model context {limit + 1} tokens, at least 1 for the answer)",
-                         "messages", "context_length_exceeded")
+    """`limit`: the most tokens a prompt may have; `where`: per cache (by name) when a lane's
+    request may be read in more than one (`limit` is then the largest)."""
+
+    def __init__(self, num_tokens: int, limit: int, where: dict[str, int] | None = None):
+        if where and len(where) > 1:
+            (name, n), *rest = where.items()
+            fits = f"{n} fit the {name} cache" + "".join(f" and {n} the {name} cache" for name, n in rest)
+            message = (f"the prompt has {num_tokens} tokens but at most {fits} "
+                       f"(each holds the prompt and at least 1 token of the answer)")
+        else:
+            message = (f"the prompt has {num_tokens} tokens but at most {limit} fit the context "
+                       f"(model context {limit + 1} tokens, at least 1 for the answer)")
+        super().__init__(message, "messages", "context_length_exceeded")
         self.num_tokens, self.limit = num_tokens, limit
 
 
@@ -176,8 +185,8 @@ class Engine:
         self.policies = policies
         self.scheduler = Scheduler(policies, limits)
         self.clock = clock
-        self.max_seq_len = runner.info.max_seq_len
-        self.interactive_max_seq_len = self.scheduler.layout.interactive_max_seq_len(runner.info)
+        self.max_seq_len = self.scheduler.max_seq_len(Pool.MAIN)  # the main cache's longest sequence
+        self.interactive_max_seq_len = self.scheduler.max_seq_len(self.scheduler.layout.interactive_pool)
         self.embed_max_tokens = min(runner.info.embed_max_tokens, limits.embed_max_tokens)
         self.lock = threading.Condition()
         self.streams: dict[str, RequestStream] = {}
@@ -273,22 +282,28 @@ class Engine:
         return PromptTokens(tokens, prompt.public_len) if isinstance(prompt, PromptTokens) else tokens
 
     def max_seq_len_for(self, lane: str) -> int:
-        """The longest sequence (prompt and answer) a request of this lane may hold."""
-        return self.interactive_max_seq_len if self.policies[lane].interactive else self.max_seq_len
+        """The longest sequence (prompt and answer) a request of this lane may hold: the largest cache
+        it may be read in (an interactive lane's prompt too long for its own is read in the main one)."""
+        return max(self.scheduler.max_seq_lens(lane).values())
 
     def _check(self, tokens: list[int], params: SamplingParams, kind: Kind, lane: str) -> SamplingParams:
+        """Refuse what no cache can hold; the answer's length capped to the room left in the cache
+        the scheduler will read it in (`Scheduler.pool_for`)."""
         if kind is Kind.EMBED:
             if len(tokens) > self.embed_max_tokens:
                 raise PromptTooLong(len(tokens), self.embed_max_tokens)
             return params
-        max_seq_len = self.max_seq_len_for(lane)
-        limit = max_seq_len - 1
-        if len(tokens) > limit:
-            raise PromptTooLong(len(tokens), limit)
+        forced = params.forced_tokens
+        answer = len(forced) if forced is not None else params.max_tokens
+        pool = self.scheduler.pool_for(lane, len(tokens), max(answer, 1))
+        if pool is None:
+            where = {p.value: n - 1 for p, n in self.scheduler.max_seq_lens(lane).items()}
+            raise PromptTooLong(len(tokens), max(where.values()), where)
+        max_seq_len = self.scheduler.max_seq_len(pool)
         if params.max_tokens < 1:
             raise InvalidRequest(f"max_tokens must be at least 1, got {params.max_tokens}", "max_tokens")
-        if params.forced_tokens is not None and len(tokens) + len(params.forced_tokens) > max_seq_len:
-            raise PromptTooLong(len(tokens) + len(params.forced_tokens), max_seq_len)
+        if forced is not None and len(tokens) + len(forced) > max_seq_len:
+            raise PromptTooLong(len(tokens) + len(forced), max_seq_len)
         if params.grammar is not None:
             self._check_grammar(params)
         room = max_seq_len - len(tokens)
@@ -548,7 +563,8 @@ async def _last(stream: RequestStream) -> FinishEvent:
 
 def scheduler_limits(cfg, info=None) -> SchedulerLimits:
     """The scheduler's limits from the config's model and scheduler sections (and the loaded model's
-    facts, when given: whether its embedding model can embed an input in chunks, the cells its caches got)."""
+    facts, when given: whether its embedding model can embed an input in chunks, the cells its caches got,
+    the context it was trained on)."""
     m, s = cfg.model, cfg.scheduler
     cells = (info.n_ctx, info.interactive_n_ctx) if info is not None else without_model(m.n_ctx, m.interactive_n_ctx)
     return SchedulerLimits(
@@ -557,7 +573,8 @@ def scheduler_limits(cfg, info=None) -> SchedulerLimits:
         background_min_share=s.background_min_share, min_chunk=s.min_chunk, max_step_ms=s.max_step_ms,
         embed_chunked=info.embed_chunked if info is not None else True, interactive_cells=cells[1],
         prompt_cache=s.prompt_cache, prompt_cache_max_cells=s.prompt_cache_max_cells,
-        prompt_cache_shared=s.prompt_cache_shared, member_seq_share=s.member_seq_share)
+        prompt_cache_shared=s.prompt_cache_shared, member_seq_share=s.member_seq_share,
+        max_seq_len=info.n_ctx_train if info is not None else 0)
 
 
 def create_engine(cfg, runner) -> Engine:

@@ -1,16 +1,18 @@
 """Admission: whether a waiting request gets a sequence and cells this step.
 
 A request is admitted when its policy's admission is open, its cells fit (leaving a cell per
-decoding sequence for the next step, and with one cache for all, the sequence ids background
-keeps), and, for an interactive request, the readers keep their pace with it (`pacing.py`).
-With one cache for every lane, an interactive request that does not fit preempts background
-down to its minimum share (`share.py`). Once a request of a class is refused, a larger one of
-that class is not tried again in the same step. A member at its share of the interactive
+decoding sequence for the next step, and in the main cache the sequence ids background keeps),
+and, for an interactive request, the readers keep their pace with it (`pacing.py`). An
+interactive request that does not fit in the main cache (every one's with one cache for all, a
+prompt too long for the interactive cache with two) preempts background there down to its
+minimum share (`share.py`). Once a request of a class is refused in a pool, a larger one of
+that class is not tried again there in the same step. A member at its share of the interactive
 readers waits while another member's interactive request waits (`members.py`).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from typing import Callable, Mapping
 
@@ -38,22 +40,22 @@ class Admission:
 
     def admit(self, request: Request, step: Step, preempt: Callable[[Request], None]) -> bool:
         """Admit a waiting generation request now, if it may be (`preempt` gives way a victim)."""
-        memo, interactive = step.admissions, request.interactive
+        memo, interactive, group = step.admissions, request.interactive, (request.interactive, request.pool)
         if not self.policy.admission_open(num_running=len(self.pools.running), num_admitted=memo.num_admitted,
                                           began_idle=step.began_idle):
             return False
         if interactive and not self.members.may_admit(request):
             return False
-        if request.num_tokens >= memo.failed_need[interactive]:
+        if request.num_tokens >= memo.failed_need.get(group, math.inf):
             return False  # a smaller request of this class already could not get in this step
         if interactive and not self.keeps_pace(request, step):
-            memo.failed_need[interactive] = request.num_tokens
+            memo.failed_need[group] = request.num_tokens
             return False
         if self.pools.shares_a_prefix_being_read(request):
             return False  # it waits for the cells it will share, a step or so (before any preemption for it)
-        while not self.fits(request.num_tokens, interactive, step.num_decoding):
-            if not interactive or not self._preempt_background(preempt):
-                memo.failed_need[interactive] = request.num_tokens
+        while not self.fits(request, step.num_decoding):
+            if not interactive or not self._preempt_background(request, preempt):
+                memo.failed_need[group] = request.num_tokens
                 return False
         self.start(request, step.now)
         memo.num_admitted += 1
@@ -75,14 +77,14 @@ class Admission:
         where the lanes share a cache), one cell kept per decoding sequence."""
         if not self.keeps_pace(request, moment):
             return False
-        if self.fits(request.num_tokens, True, self._decoding(moment.admissions)):
+        if self.fits(request, self._decoding(moment.admissions)):
             return True
-        return self.layout.background_victim(self.pools, self.share) is not None
+        return self.background_victim(request) is not None
 
     def _decoding(self, memo: Admissions) -> Counter[Pool]:
         """Sequences decoding per pool, counted again only when the running set changed."""
         if memo.decoding is None or memo.decoding[0] != self.pools.version:
-            memo.decoding = self.pools.version, Counter(self.pools.of(r) for r in self.pools.running if r.is_decoding)
+            memo.decoding = self.pools.version, Counter(r.pool for r in self.pools.running if r.is_decoding)
         return memo.decoding[1]
 
     def keeps_pace(self, request: Request, moment: Moment) -> bool:
@@ -93,21 +95,30 @@ class Admission:
         return self.pacing.readers_keep_pace(moment.cost, memo.readers[1], request, self._targets[request.lane],
                                              self.layout)
 
-    def fits(self, num_cells: int, interactive: bool, num_decoding: Mapping[Pool, int]) -> bool:
-        """A free sequence id and cells for it, leaving a cell per decoding sequence (`num_decoding`,
-        per pool) for the next step."""
-        pool = self.pools.of_class(interactive)
+    def fits(self, request: Request, num_decoding: Mapping[Pool, int]) -> bool:
+        """A free sequence id and cells for a waiting request in its pool, leaving a cell per decoding
+        sequence (`num_decoding`, per pool) for the next step, and an interactive request in the main
+        cache the sequence ids background keeps there."""
+        pool = request.pool
         num_free = self.pools.num_free_seqs(pool)
-        if not num_free or not self.pools.fits(pool, num_cells, num_decoding.get(pool, 0)):
+        if not num_free or not self.pools.fits(pool, request.num_tokens, num_decoding.get(pool, 0)):
             return False
-        if interactive:
-            return num_free > self.layout.seqs_kept(self.share, self.waiting)
+        if request.interactive and pool is Pool.MAIN:
+            return num_free > self.share.seq_reserve(self.waiting)
         return True
 
-    def _preempt_background(self, preempt: Callable[[Request], None]) -> bool:
-        """Preempt for an interactive request, unless background is down to its minimum share (or
-        lives in a cache of its own)."""
-        victim = self.layout.background_victim(self.pools, self.share)
+    def background_victim(self, request: Request) -> Request | None:
+        """The background sequence an interactive request that does not fit preempts: one in its
+        cache (the main one), while background holds more than its minimum share (None: none)."""
+        if request.pool is not Pool.MAIN:
+            return None  # background's cells are not the ones it needs
+        victim = self.pools.victim(Pool.MAIN)
+        return victim if victim is not None and not victim.interactive and self.share.may_preempt() else None
+
+    def _preempt_background(self, request: Request, preempt: Callable[[Request], None]) -> bool:
+        """Preempt background for an interactive request, unless it is down to its minimum share (or
+        holds none of the cells the request needs)."""
+        victim = self.background_victim(request)
         if victim is None:
             return False
         preempt(victim)
@@ -126,11 +137,17 @@ class Admission:
             head = next((r for r in queue if self.members.may_admit(r)), None)
             if head is None or not moment.eligible(head):
                 continue
-            if not self.layout.prompt_fits(self.pools, head, decoding):
+            if not self.layout.prompt_fits(head, lambda r: self._prompt_room(r, decoding)):
                 continue
             if self.keeps_pace(head, moment):
                 return True
         return False
+
+    def _prompt_room(self, request: Request, num_decoding: int) -> bool:
+        """An interactive prompt gets its cells now (`num_decoding` sequences keeping a cell each):
+        they are free, or background in its cache gives them up."""
+        return (self.pools.fits(request.pool, request.num_tokens, num_decoding)
+                or self.background_victim(request) is not None)
 
     def background_usable(self, step: Step, room: int) -> int | None:
         """How many tokens background prefill or embedding work could take this step (so a reserve
@@ -144,7 +161,7 @@ class Admission:
             head = queue[0]
             # A request that cannot get its cells now (say, preempted for the chat that holds
             # them) could not use a reserve: keeping one would starve the chat, with nothing run.
-            admissible = head.kind is Kind.EMBED or self.fits(head.num_tokens, False, step.num_decoding)
+            admissible = head.kind is Kind.EMBED or self.fits(head, step.num_decoding)
             if admissible and step.eligible(head):
                 if head.kind is not Kind.EMBED or self.embedding_may_go(head, room, step):
                     return room

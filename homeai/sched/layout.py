@@ -5,25 +5,28 @@ rule that differs between the two; nothing else branches on it. It sits below th
 ask it (admission, placement, background's share): what it asks of them is typed here (`Owed`,
 `Filler`), not imported.
 
-* `OneCache`: every sequence in one cache, so one decode call a step. Background gives way to
-  an interactive request that does not fit (down to its floor, `share.py`), and an interactive
-  admission leaves the sequence ids background keeps. A step fills interactive prefill first.
+* `OneCache`: every sequence in one cache, so one decode call a step. A step fills interactive
+  prefill first.
 * `TwoCaches`: the interactive lanes' sequences in a cache of their own: a chat's tokens never
   attend over a long document's cells, but background tokens cost a decode call of their own.
-  So background is never preempted for interactive work (its cells are not the ones needed),
-  its decodes wait while an interactive prompt is read unless it is owed a step of them, each
+  So its decodes wait while an interactive prompt is read unless it is owed a step of them, each
   call of its own beside interactive work is paid for in tokens' worth, and its owed chunk goes
-  first in a step.
+  first in a step. A prompt too long for the interactive cache is read in the main one
+  (`pools_for`), at its lane's priority.
+
+Wherever an interactive request's cells are in the main cache (each one's with `OneCache`, a
+prompt too long for its own cache with `TwoCaches`), background there gives way to it down to
+its floor (`share.py`), and its admission leaves the sequence ids background keeps
+(`admission.py`): those rules follow a request's pool, not the layout.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from homeai.sched.costmodel import StepShape
 from homeai.sched.kv import KVManager
-from homeai.sched.pools import KVPools, Pool
+from homeai.sched.pools import Pool
 from homeai.sched.request import Request
 
 if TYPE_CHECKING:
@@ -34,8 +37,6 @@ if TYPE_CHECKING:
 class Owed(Protocol):
     """What a layout asks of background's share (`share.BackgroundShare`)."""
 
-    def may_preempt(self) -> bool: ...
-    def seq_reserve(self, waiting: dict[str, deque[Request]]) -> int: ...
     def decodes_wait(self, num_background: int, call_tokens: float) -> bool: ...
     def first_chunk(self, reserve: int, room: int) -> int: ...
     def share_tokens(self) -> int: ...
@@ -58,21 +59,13 @@ class CacheLayout(Protocol):
         """The generating caches: `num_cells` and `num_seqs` are the main one's."""
         ...
 
-    def interactive_max_seq_len(self, info) -> int:
-        """The longest sequence an interactive request may hold, given the model's contexts (`info`)."""
+    def pools_for(self, interactive: bool) -> tuple[Pool, ...]:
+        """The caches a request of a class may live in, its own first (`Scheduler.pool_for` picks)."""
         ...
 
-    def background_victim(self, pools: KVPools, share: Owed) -> Request | None:
-        """The background sequence an interactive request that does not fit preempts (None: none does)."""
-        ...
-
-    def seqs_kept(self, share: Owed, waiting: dict[str, deque[Request]]) -> int:
-        """Sequence ids an interactive admission leaves free for background waiting below its share."""
-        ...
-
-    def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
-        """An interactive prompt has room to be read now (`num_decoding` interactive sequences
-        keep a cell each), as far as whether it holds background back goes."""
+    def prompt_fits(self, request: Request, room: Callable[[Request], bool]) -> bool:
+        """An interactive prompt may be read now as far as holding background back goes (`room`:
+        admission's, its cells free or background in its cache giving way)."""
         ...
 
     def background_cells(self, request: Request) -> int:
@@ -103,18 +96,11 @@ class OneCache:
     def caches(self, num_cells: int, num_seqs: int) -> dict[Pool, KVManager]:
         return {Pool.MAIN: KVManager(num_cells, num_seqs)}
 
-    def interactive_max_seq_len(self, info) -> int:
-        return info.max_seq_len
+    def pools_for(self, interactive: bool) -> tuple[Pool, ...]:
+        return (Pool.MAIN,)
 
-    def background_victim(self, pools: KVPools, share: Owed) -> Request | None:
-        victim = pools.victim(Pool.MAIN)
-        return victim if victim is not None and not victim.interactive and share.may_preempt() else None
-
-    def seqs_kept(self, share: Owed, waiting: dict[str, deque[Request]]) -> int:
-        return share.seq_reserve(waiting)
-
-    def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
-        return True  # it may take background's cells
+    def prompt_fits(self, request: Request, room: Callable[[Request], bool]) -> bool:
+        return True  # it may take background's cells; background decodes ride its decode call anyway
 
     def background_cells(self, request: Request) -> int:
         return request.num_tokens  # in the readers' cache, all it will hold
@@ -149,17 +135,12 @@ class TwoCaches:
         return {Pool.MAIN: KVManager(num_cells, num_seqs),
                 Pool.INTERACTIVE: KVManager(self.interactive_cells, num_seqs)}
 
-    def interactive_max_seq_len(self, info) -> int:
-        return min(info.interactive_max_seq_len, self.interactive_cells)
+    def pools_for(self, interactive: bool) -> tuple[Pool, ...]:
+        # Background stays in the main cache: in the interactive one its decodes would slow the readers'.
+        return (Pool.INTERACTIVE, Pool.MAIN) if interactive else (Pool.MAIN,)
 
-    def background_victim(self, pools: KVPools, share: Owed) -> Request | None:
-        return None  # background's cells are not the ones an interactive request needs
-
-    def seqs_kept(self, share: Owed, waiting: dict[str, deque[Request]]) -> int:
-        return 0
-
-    def prompt_fits(self, pools: KVPools, request: Request, num_decoding: int) -> bool:
-        return pools.fits(Pool.INTERACTIVE, request.num_tokens, num_decoding)
+    def prompt_fits(self, request: Request, room: Callable[[Request], bool]) -> bool:
+        return room(request)  # background decodes wait for it: only for a prompt that will be read
 
     def background_cells(self, request: Request) -> int:
         return request.num_computed_tokens  # in a cache of its own: what its own decode call attends over

@@ -44,7 +44,7 @@ class MemberShare:
         return max(1, math.floor(self.share * num_readers))
 
     def held(self) -> Counter[str]:
-        """Interactive sequences running (all in one pool), per member (a copy, for the caller to count down)."""
+        """Interactive sequences running, per member (a copy, for the caller to count down)."""
         return Counter(self._counts())
 
     def num_held(self, key: tuple[str, str]) -> int:
@@ -100,12 +100,12 @@ class MemberShare:
         itself was one of them."""
         if not request.interactive:
             return True
-        pool = self.pools.of(request)
+        pool = request.pool
         kv = self.pools.kv[pool]
         while num_cells - kv.length(request.seq_id) > kv.num_free_cells + kv.num_cached_cells:
             default = self.pools.victim(pool, spare)
             if default is None or not default.interactive:
-                return True  # background gives way first (one cache for every lane)
+                return True  # background gives way first (in the main cache)
             held = self.held()
             others = {r.member for lane in self.lanes for r in self.waiting[lane]}
             victim = self._victim(held, self.cap(sum(held.values()))) if len(set(held) | others) > 1 else None

@@ -123,7 +123,7 @@ class Placement:
         n = min(n, request.num_remaining)  # admission may have found part of it cached
         if not self.grow(request, request.num_computed_tokens + n, plan):
             return 0
-        plan.batches[self.pools.of(request)].append(item(request, n))
+        plan.batches[request.pool].append(item(request, n))
         self._plan_charge(step, request, n)
         return n
 

@@ -25,7 +25,6 @@ the wait for a prefix another request is still reading all follow that rule.
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -34,13 +33,7 @@ import numpy as np
 
 from homeai.sched.kv import KVManager
 from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix, reusable
-from homeai.sched.request import Kind, Request
-
-
-class Pool(enum.Enum):
-    MAIN = "main"
-    INTERACTIVE = "interactive"
-    EMBED = "embed"
+from homeai.sched.request import Kind, Pool, Request
 
 
 GENERATE = (Pool.INTERACTIVE, Pool.MAIN)  # the generating pools, decoded in this order
@@ -95,12 +88,8 @@ class KVPools:
         self._victims: tuple[int, dict[Pool | None, Request | None]] = (-1, {})  # `victim`'s, per version
 
     def of_class(self, interactive: bool) -> Pool:
+        """A class's own pool (a request's own is `Request.pool`: its class's, or one that holds its prompt)."""
         return self.interactive if interactive else Pool.MAIN
-
-    def of(self, request: Request) -> Pool:
-        if request.kind is Kind.EMBED:
-            return Pool.EMBED
-        return self.interactive if request.interactive else Pool.MAIN  # of_class, inlined: asked per request per step
 
     def fits(self, pool: Pool, num_cells: int, headroom: int = 0) -> bool:
         """A sequence id and `num_cells` cells, `headroom` more kept free (cached prefixes evicted)."""
@@ -115,7 +104,7 @@ class KVPools:
     def admit(self, request: Request) -> None:
         """Give a waiting request a sequence and cells for its whole current length (check `fits`
         first), starting it at the longest prefix it may reuse."""
-        pool = self.of(request)
+        pool = request.pool
         if pool in self.cache:
             self._admit_reusing(request, pool)
         else:
@@ -131,7 +120,7 @@ class KVPools:
         """Make room for a sequence's next tokens, evicting cached prefixes, then preempting
         holders of its pool (none that `spare` keeps). Returns whether it grew and whom it
         preempted (itself, when it could not)."""
-        pool = self.of(request)
+        pool = request.pool
         preempted: list[Request] = []
         while not self.kv[pool].ensure(request.seq_id, num_cells):
             if self._evict_oldest(pool):
@@ -156,7 +145,7 @@ class KVPools:
         return self._victim(pool, spare)
 
     def _victim(self, pool: Pool | None, spare: Spare | None) -> Request | None:
-        ranked = [(r.priority, i, r) for i, r in enumerate(self.running) if pool is None or self.of(r) is pool]
+        ranked = [(r.priority, i, r) for i, r in enumerate(self.running) if pool is None or r.pool is pool]
         kept = [t for t in ranked if not (spare and spare(t[2]))] or ranked
         return max(kept, key=lambda t: t[:2])[2] if kept else None
 
@@ -171,7 +160,8 @@ class KVPools:
         """Give a sequence's id back, and its cells (or keep them as a cached prefix)."""
         if request.seq_id is None:
             return
-        pool, seq_id, kv = self.of(request), request.seq_id, self.kv[self.of(request)]
+        pool, seq_id = request.pool, request.seq_id
+        kv = self.kv[pool]
         (self.embedding if pool is Pool.EMBED else self.running).remove(request)
         if pool is not Pool.EMBED:
             self.version += 1
@@ -276,12 +266,12 @@ class KVPools:
         """A running sequence of the request's pool is still reading a prefix (at least `min_reuse`
         tokens) the request shares: admitted now, the request would read it a second time beside
         it; a step or so later, it shares the cells instead."""
-        pool = self.of(request)
+        pool = request.pool
         if pool not in self.cache or request.num_preemptions:
             return False
         head = request.prompt_tokens[:HEAD]
         for r in self.running:
-            if (self.of(r) is not pool or r.output_tokens or r.num_computed_tokens >= r.num_prompt_tokens
+            if (r.pool is not pool or r.output_tokens or r.num_computed_tokens >= r.num_prompt_tokens
                     or r.prompt_tokens[:HEAD] != head):
                 continue
             shared = self._reusable(request, r, common_prefix(_prompt_array(r), _prompt_array(request)))
@@ -294,7 +284,7 @@ class KVPools:
         head = tokens[:HEAD].tolist()
         best, length = None, 0
         for r in self.running:
-            if self.of(r) is not pool or r.num_computed_tokens <= length or r.prompt_tokens[:HEAD] != head:
+            if r.pool is not pool or r.num_computed_tokens <= length or r.prompt_tokens[:HEAD] != head:
                 continue
             n = self._reusable(request, r, min(common_prefix(_prompt_array(r), tokens), r.num_computed_tokens))
             if n > length:

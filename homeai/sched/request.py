@@ -24,6 +24,14 @@ class Kind(enum.Enum):
     EMBED = "embed"
 
 
+class Pool(enum.Enum):
+    """A KV cache a request's cells live in (`pools.py`)."""
+
+    MAIN = "main"
+    INTERACTIVE = "interactive"
+    EMBED = "embed"
+
+
 @dataclass(frozen=True)
 class Grammar:
     """A GBNF grammar the sampler holds the output to (llama.cpp's grammar sampler). A lazy grammar
@@ -85,6 +93,9 @@ class Request:
     params: SamplingParams = field(default_factory=SamplingParams)
     interactive: bool = False  # its lane's class (set from the lane's policy when it is added)
     priority: int = 0  # its lane's priority: lower goes first, and is preempted last
+    # The cache its cells live in, chosen once when it is added (`Scheduler.pool_for`): its lane's,
+    # or another that holds a prompt too long for that one. Its lane's rules go with it everywhere.
+    pool: Pool | None = None
     output_tokens: list[int] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     num_computed_tokens: int = 0

@@ -17,8 +17,10 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
    pools across chunks), unless the embedding model cannot (an encoder without a KV cache).
 
 An interactive request is admitted only while the readers keep their pace (`pacing.py`). KV
-admission reserves cells (`pools.py`); with one cache for every lane, an interactive request
-that cannot be admitted preempts the lowest-priority, latest-admitted background sequence. Wherever
+admission reserves cells (`pools.py`) in the cache a request was given when it came
+(`pool_for`: its lane's, or another that holds a prompt too long for that one; it keeps its
+lane's priority there); an interactive request in the main cache that cannot be admitted
+preempts the lowest-priority, latest-admitted background sequence there. Wherever
 a sequence is preempted (admission, a sequence growing, llama.cpp finding no KV slot), background
 down to its minimum share keeps its cells while an interactive sequence can give way. A member
 holds at most its share of the interactive readers while another member waits for one (`members.py`).
@@ -55,8 +57,8 @@ from homeai.sched.step import Admissions, Moment, Step
 from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
 
-__all__ = ["Output", "QueueFull", "ScheduledItem", "Scheduler", "SchedulerLimits", "StepPlan", "StepResult",
-           "UnknownLane"]
+__all__ = ["NoRoom", "Output", "QueueFull", "ScheduledItem", "Scheduler", "SchedulerLimits", "StepPlan",
+           "StepResult", "UnknownLane"]
 
 
 class UnknownLane(ValueError):
@@ -73,6 +75,14 @@ class QueueFull(Exception):
     def __init__(self, lane: str, max_queue: int):
         super().__init__(f"lane {lane!r} queue is full ({max_queue} waiting); retry later")
         self.lane, self.max_queue = lane, max_queue
+
+
+class NoRoom(ValueError):
+    """A sequence longer than any cache its lane may use holds (the engine refuses it first, saying
+    how many tokens fit where: `Scheduler.max_seq_len`)."""
+
+    def __init__(self, lane: str, num_tokens: int):
+        super().__init__(f"no cache of lane {lane!r} holds a sequence of {num_tokens} tokens")
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,7 @@ class SchedulerLimits:
     prompt_cache_max_cells: int = 0
     member_seq_share: float = 0.5  # the most of the interactive readers one member holds while others wait
     prompt_cache_shared: bool = False  # every member reuses every member's prefixes (else: per member, `prefix.py`)
+    max_seq_len: int = 0  # the longest sequence the model takes (its training context); 0: any a cache holds
 
 
 class Scheduler:
@@ -144,8 +155,34 @@ class Scheduler:
         if len(queue) >= policy.max_queue:
             raise QueueFull(request.lane, policy.max_queue)
         request.interactive, request.priority = policy.interactive, policy.priority
+        if request.kind is Kind.EMBED:
+            request.pool = Pool.EMBED
+        else:
+            request.pool = self.pool_for(request.lane, request.num_prompt_tokens, request.max_tokens)
+            if request.pool is None:
+                raise NoRoom(request.lane, request.num_prompt_tokens + 1)
         queue.append(request)
         self.requests[request.request_id] = request
+
+    def pool_for(self, lane: str, num_prompt: int, max_tokens: int) -> Pool | None:
+        """The cache a request of `lane` lives in: the first of its lane's (its own first: `layout.pools_for`)
+        that holds its prompt and answer, else the first that holds its prompt and a token (its answer
+        ends at that cache's edge); None when none does. Its lane's priority and pace go with it."""
+        lengths = self.max_seq_lens(lane)
+        for need in (num_prompt + max_tokens, num_prompt + 1):
+            pool = next((p for p, n in lengths.items() if need <= n), None)
+            if pool is not None:
+                return pool
+        return None
+
+    def max_seq_lens(self, lane: str) -> dict[Pool, int]:
+        """The longest sequence each cache a request of `lane` may be read in holds, its own first."""
+        return {p: self.max_seq_len(p) for p in self.layout.pools_for(self.lane(lane).interactive)}
+
+    def max_seq_len(self, pool: Pool) -> int:
+        """The longest sequence (prompt and answer) `pool` holds: its cells, or the model's context if less."""
+        cells, cap = self.pools.kv[pool].num_cells, self.limits.max_seq_len
+        return min(cells, cap) if cap else cells
 
     @property
     def running(self) -> list[Request]:
@@ -262,12 +299,12 @@ class Scheduler:
         if (prompt or held) and self.layout.background_decodes_wait(self.share, background, self.cost.call_tokens()):
             decoding, deferred = [r for r in decoding if r.interactive], background
         for r in decoding:
-            plan.batches[self.pools.of(r)].append(item(r, 1))
+            plan.batches[r.pool].append(item(r, 1))
         plan.context_cells = sum(r.num_computed_tokens for r in self.running)
         cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
         for r in self.running:
-            cells[self.pools.of(r)] += r.num_computed_tokens
-        num_decoding = {pool: sum(1 for r in decoding if self.pools.of(r) is pool) for pool in GENERATE}
+            cells[r.pool] += r.num_computed_tokens
+        num_decoding = {pool: sum(1 for r in decoding if r.pool is pool) for pool in GENERATE}
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
         lone = not self.pools.running or not any(r.is_decoding for r in self.running)
@@ -321,7 +358,7 @@ class Scheduler:
     def _requeue(self, request: Request, plan: StepPlan | None) -> None:
         """A preempted request (its KV dropped) goes back to the head of its lane's queue."""
         if plan is not None:  # preempted while the step is planned: its tokens go too
-            batch = plan.batches[self.pools.of(request)]
+            batch = plan.batches[request.pool]
             batch[:] = [i for i in batch if i.request_id != request.request_id]
         request.status = Status.WAITING
         request.num_preemptions += 1

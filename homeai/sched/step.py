@@ -10,7 +10,6 @@ costed) and the fair-share cost of the chunks placed so far (`planned`) are its 
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -23,7 +22,8 @@ from homeai.sched.pools import Pool
 class Admissions:
     """What admission learns while one step is planned."""
 
-    failed_need: dict[bool, float] = field(default_factory=lambda: {True: math.inf, False: math.inf})
+    # Per class and pool, the fewest tokens a request was refused with (larger ones are not tried again).
+    failed_need: dict[tuple[bool, Pool | None], float] = field(default_factory=dict)
     readers: tuple[int, Readers] | None = None  # the running set as costed, and the pools' version then
     decoding: tuple[int, Counter[Pool]] | None = None  # sequences decoding per pool, and the pools' version then
     num_admitted: int = 0
