@@ -4,29 +4,30 @@ JSON text frames and binary audio frames (PCM16 little-endian mono); the README'
 section is the protocol's reference. In short:
 
     client: {"type": "session.start", "sample_rate": 16000, "language"?, "vad"?, "conversation_id"?, "token"?,
-             "tools"?}
+             "tools"?, "speak"?, "voice"?}
             binary PCM16 frames, then {"type": "audio.end"}; {"type": "response.cancel"};
             {"type": "tool.result", "tool_call_id"?, "content"} for each call the answer made
     server: session.ready, transcript.final {text}, response.delta {text}...,
             response.tool_calls {tool_calls [{id, name, arguments}]} as each call is written whole
             (the answer over, the turn waits for their results),
-            response.done {text, finish_reason, timings {stt_ms, ttft_ms, total_ms}}, error {code, message}
+            response.done {text, finish_reason, timings {stt_ms, ttft_ms, total_ms}}, error {code, message, param?};
+            with "speak": response.audio.start {sample_rate}, binary PCM16 frames, response.audio.done
+            (`homeai.api.voice_audio`), and timings' first_audio_ms
 
 One `VoiceSession` per socket (here) reads messages (`homeai.api.voice_protocol` checks them) and
 buffers the utterance; at most one `Turn` task at a time (`homeai.api.voice_turn`) transcribes it
 with the service's speech turn (`homeai.service.speech`), formats the service's answer stream
 (`service.chat`) as the events above and stores the exchange: no runner or engine here. New
-speech, `response.cancel` or a new `session.start` cancels the turn and aborts its sequence,
-which the engine frees within one step. Every accepted utterance ends with exactly one
-`response.done` or `error`. The socket is closed
-with 4401 without a valid token when auth is required, or once its token is revoked (checked
-every few seconds and before each turn: `homeai.api.revocation`), with 4403 after an `error`
-{code: lane_not_allowed} at `session.start` when the member may not use the voice lane
-(`homeai members lanes`), and with 4429 when the member already holds
-`server.max_websockets_per_member` sockets, or when its client address already has
-`server.max_unauthenticated_websockets_per_address` sockets waiting for a token; a page of
-another origin gets a 403 at the handshake (`homeai.api.origin`). A session that fails
-unexpectedly is closed with 1011, never dropped.
+speech, `response.cancel` or a new `session.start` cancels the turn (its synthesis too) and
+aborts its sequence, which the engine frees within one step. Every accepted utterance ends with
+exactly one `response.done` or `error`. The socket is closed with 4401 without a valid token
+when auth is required, or once its token is revoked (checked every few seconds and before each
+turn: `homeai.api.revocation`), with 4403 after an `error` {code: lane_not_allowed} at
+`session.start` when the member may not use the voice lane (`homeai members lanes`), and with
+4429 when the member already holds `server.max_websockets_per_member` sockets, or when its
+client address already has `server.max_unauthenticated_websockets_per_address` sockets waiting
+for a token; a page of another origin gets a 403 at the handshake (`homeai.api.origin`). A
+session that fails unexpectedly is closed with 1011, never dropped.
 """
 
 from __future__ import annotations
@@ -44,10 +45,10 @@ from homeai.api.limits import TooMany
 from homeai.api.revocation import Hold, Revocations, revoked_tokens
 from homeai.api.voice_protocol import (AUTH_TIMEOUT_S, CLOSE_FORBIDDEN, CLOSE_INTERNAL_ERROR, CLOSE_TOO_MANY,
                                        MAX_MESSAGE_BYTES, PRE_ROLL_S, CloseSocket, Settings, Unauthorized,
-                                       VoiceError, at_16k, parse, parse_settings)
-from homeai.api.voice_turn import LANE, Turn
-from homeai.service import ServiceError
-from homeai.store import conversations as convs
+                                       VoiceError, at_16k, error_event, parse, parse_settings)
+from homeai.api.voice_audio import voice_for
+from homeai.api.voice_turn import LANE, Turn, check_conversation
+from homeai.service import ServiceError, Speaking
 
 log = logging.getLogger("homeai.voice")
 router = APIRouter(tags=["voice"])
@@ -71,6 +72,8 @@ class VoiceSession:
     def __init__(self, websocket: WebSocket, runtime, service, revocations: Revocations):
         self.ws, self.runtime, self.service, self.revocations = websocket, runtime, service, revocations
         self.speech = service.speech  # the service's one speech turn
+        self.speaking = Speaking(runtime)  # speech out, for a session that speaks
+        self.voice = None  # the voice answers are spoken with (voice_audio.Voice); None: not spoken
         self.hold: Hold | None = None  # the token in use, watched for its revocation
         self.address = websocket.client.host if websocket.client else "unknown"
         self.waiting = False  # holds one of the address's units for sockets without a token
@@ -105,7 +108,7 @@ class VoiceSession:
                     else:
                         await self._on_text(message.get("text") or "")
                 except (VoiceError, ServiceError) as e:
-                    await self.send({"type": "error", "code": e.code, "message": e.message})
+                    await self.send(error_event(e))
         except CloseSocket as e:
             await self.cancel_turn(None)
             await self._close(e.code, e.reason)
@@ -182,17 +185,19 @@ class VoiceSession:
         settings = parse_settings(message)
         speech = self.speech
         limit_s = speech.max_utterance_s()  # no speech model: the error says why
+        voice = voice_for(self.speaking, settings)  # speaking without speech synthesis, or an unknown voice
         await self.service.check_tools(settings.tools, settings.tool_choice)  # refused here, not at the first question
-        await asyncio.to_thread(self._check_conversation, settings.conversation_id)
+        await asyncio.to_thread(check_conversation, self.runtime, self.caller, settings.conversation_id)
         await self.cancel_turn("cancelled")
-        self.settings, self.limit_s = settings, limit_s
+        self.settings, self.limit_s, self.voice = settings, limit_s, voice
         self.max_bytes = 2 * int(limit_s * settings.sample_rate)
         self.detector = await asyncio.to_thread(speech.end_of_speech_detector) if settings.vad else None
         self._reset_utterance()
         await self.send({"type": "session.ready", "member": self.caller.name, "sample_rate": settings.sample_rate,
                          "language": settings.language, "vad": settings.vad,
                          "conversation_id": settings.conversation_id, "max_utterance_s": limit_s,
-                         "max_message_bytes": MAX_MESSAGE_BYTES})
+                         "max_message_bytes": MAX_MESSAGE_BYTES, "speak": voice is not None,
+                         **({"voice": voice.name, "audio_sample_rate": voice.sample_rate} if voice else {})})
 
     async def _allow_voice(self) -> None:
         """A member who may not use the voice lane is told so (an `error` naming their lanes), then closed 4403."""
@@ -276,12 +281,14 @@ class VoiceSession:
 
     # ---- helpers -------------------------------------------------------------------------
 
-    async def send(self, event: dict) -> None:
+    async def send(self, event: dict | bytes) -> None:
+        """An event, or a frame of audio (bytes)."""
         if self.gone:
             return
         async with self._send_lock:
             try:
-                await self.ws.send_text(json.dumps(event, ensure_ascii=False, separators=(",", ":")))
+                await (self.ws.send_bytes(event) if isinstance(event, bytes) else
+                       self.ws.send_text(json.dumps(event, ensure_ascii=False, separators=(",", ":"))))
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self.gone = True  # the client left; the receive loop sees the disconnect
 
@@ -331,13 +338,3 @@ class VoiceSession:
         if self.settings is None:
             raise VoiceError("session_not_started", "send session.start first")
         return self.settings
-
-    def _check_conversation(self, conversation_id: int | None) -> None:
-        """A conversation named must be the member's."""
-        if conversation_id is None:
-            return
-        with self.runtime.sessions() as session:
-            found = convs.get_conversation(session, member_id=self.caller.member_id,
-                                           conversation_id=conversation_id) is not None
-        if not found:
-            raise VoiceError("conversation_not_found", f"no conversation {conversation_id} of yours")

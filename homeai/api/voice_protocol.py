@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from homeai.api.schemas import MAX_INT64
+from homeai.service import ServiceError
 from homeai.service.text import find_invalid_text
 from homeai.speech.base import MAX_RATE, MIN_RATE, resample
 
@@ -28,9 +29,17 @@ LANGUAGE = re.compile(r"^[a-z]{2,3}$")
 class VoiceError(Exception):
     """Sent to the client as an `error` event; the socket stays usable."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, param: str | None = None):
         super().__init__(message)
-        self.code, self.message = code, message
+        self.code, self.message, self.param = code, message, param
+
+
+def error_event(e: VoiceError | ServiceError) -> dict:
+    """The `error` event of a refusal: its code, message and, when it names one, the field (`param`)."""
+    event = {"type": "error", "code": e.code, "message": e.message}
+    if e.param:
+        event["param"] = e.param
+    return event
 
 
 class CloseSocket(Exception):
@@ -56,6 +65,8 @@ class Settings:
     conversation_id: int | None
     tools: list | None = None  # OpenAI-shaped tool definitions (checked at session.start)
     tool_choice: object = None
+    speak: bool = False  # answers spoken too (homeai.api.voice_audio)
+    voice: str | None = None  # the voice they are spoken with; None: the default one
 
 
 def parse(text: str) -> dict:
@@ -95,7 +106,12 @@ def parse_settings(message: dict) -> Settings:
     if conversation_id is not None and (not isinstance(conversation_id, int) or isinstance(conversation_id, bool)
                                         or not 1 <= conversation_id <= MAX_INT64):  # a database id, as the routes take
         raise VoiceError("invalid_value", f"conversation_id must be an integer 1..{MAX_INT64}, got {conversation_id!r}")
-    return Settings(rate, language, vad, conversation_id, tools or None, message.get("tool_choice"))
+    speak, voice = message.get("speak", False), message.get("voice")
+    if not isinstance(speak, bool):
+        raise VoiceError("invalid_value", f"speak must be true or false, got {speak!r}", "speak")
+    if voice is not None and not (isinstance(voice, str) and voice.strip()):
+        raise VoiceError("invalid_value", f"voice must be a voice's name, or null, got {voice!r}", "voice")
+    return Settings(rate, language, vad, conversation_id, tools or None, message.get("tool_choice"), speak, voice)
 
 
 def at_16k(pcm: bytes, sample_rate: int) -> bytes:

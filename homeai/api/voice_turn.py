@@ -6,8 +6,10 @@ written whole, then `response.done` {text, finish_reason, timings} or `error` {c
 While the answer is tool calls, it waits for the client's `tool.result` of each and answers again
 with them (`MAX_TOOL_ROUNDS`, the last in words). Speech is the service's one speech turn; the
 answer is `service.chat` (the spoken-style system prompt and the last turns of the conversation
-named, the latest that fit). A cancelled turn (new speech, `response.cancel`) aborts its answer,
-which the engine frees within one step.
+named, the latest that fit). In a session that speaks, the answer's text is also spoken
+(`homeai.api.voice_audio`: its audio events come between `transcript.final` and the last event).
+A cancelled turn (new speech, `response.cancel`) aborts its answer, which the engine frees within
+one step, and stops its synthesis.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import logging
 import time
 
+from homeai.api.voice_audio import SpokenAnswer
 from homeai.api.voice_protocol import Settings, VoiceError
 from homeai.service import ChatAsk, SamplingAsk, ServiceError
 from homeai.service.answer import Call, Done, Failed, Text
@@ -29,6 +32,16 @@ log = logging.getLogger("homeai.voice")
 LANE = "voice"
 MAX_TOOL_ROUNDS = 4  # calls and results in one turn before the answer must be in words
 TOOL_RESULT_TIMEOUT_S = 60.0  # a client that never answers a call ends its turn with an error
+
+
+def check_conversation(runtime, caller, conversation_id: int | None) -> None:
+    """A conversation named at `session.start` must be the member's (blocking: the store)."""
+    if conversation_id is None:
+        return
+    with runtime.sessions() as session:
+        found = convs.get_conversation(session, member_id=caller.member_id, conversation_id=conversation_id)
+    if found is None:
+        raise VoiceError("conversation_not_found", f"no conversation {conversation_id} of yours")
 
 
 def answer_sampling(policy: LanePolicy) -> SamplingAsk:
@@ -52,6 +65,7 @@ class Turn:
         self.closed = False  # the last event (response.done or error) is being sent
         self.waiting_for: dict[str, str] = {}  # the calls sent to the client, awaiting results: id -> name
         self.results: asyncio.Queue = asyncio.Queue()
+        self.audio: SpokenAnswer | None = None  # the answer spoken, when the session speaks
 
     async def run(self) -> None:
         try:
@@ -66,6 +80,8 @@ class Turn:
         finally:
             if self.answer is not None:
                 self.answer.abort()  # a no-op once it has ended
+            if self.audio is not None:
+                await self.audio.stop()  # cancelled: no frame after this
 
     async def _transcribe(self) -> str:
         s = self.settings
@@ -81,6 +97,9 @@ class Turn:
         _, policy = self.service.lane(self.caller, LANE, LANE)
         history = await asyncio.to_thread(self._history)
         messages = voice_lane.build_messages(question, history)
+        if self.session.voice is not None:
+            self.audio = SpokenAnswer(self.session, self.session.speaking, self.session.voice, LANE, self.ended_at)
+            await self.audio.begin()
         for round_ in range(MAX_TOOL_ROUNDS):
             # The session's choice holds for the first answer; after results the model may answer in
             # words, and on the last round it must.
@@ -92,6 +111,8 @@ class Turn:
             if not self.done.calls:
                 break
             messages = [*messages, *await self._call_tools(self.done.calls)]
+        if self.audio is not None:
+            await self.audio.finish()
         await self.finish(self.done.reason)
 
     async def _stream_answer(self) -> Done:
@@ -151,19 +172,28 @@ class Turn:
         if not text:
             return
         self.parts.append(text)
+        if self.audio is not None:
+            self.audio.say(text)
         await self.session.send({"type": "response.delta", "text": text})
 
     async def finish(self, reason: str) -> None:
         """Send `response.done` and store the exchange (stop, length, cancelled or interrupted)."""
         self.closed = True
         text = "".join(self.parts)
+        timings = {"stt_ms": self.stt_ms, "ttft_ms": self.ttft_ms}
+        if self.session.voice is not None:  # the session speaks
+            if self.audio is not None:
+                await self.audio.close()
+            timings["first_audio_ms"] = self.audio.first_audio_ms if self.audio is not None else None
         await self.session.send({"type": "response.done", "text": text, "finish_reason": reason,
-                                 "timings": {"stt_ms": self.stt_ms, "ttft_ms": self.ttft_ms, "total_ms": self._ms()}})
+                                 "timings": {**timings, "total_ms": self._ms()}})
         if self.transcript and self.settings.conversation_id is not None:
             await asyncio.to_thread(self._store, text)
 
     async def _fail(self, code: str, message: str) -> None:
         self.closed = True
+        if self.audio is not None:
+            await self.audio.close()
         await self.session.send({"type": "error", "code": code, "message": message})
 
     def _ms(self) -> float:
