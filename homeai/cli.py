@@ -9,7 +9,7 @@
     homeai models [list | rm NAME | clean]
     homeai bench engine [--seqs 1,4,8,16] [--tokens 64]
     homeai bench grammar [--seqs 1,8] [--tokens 64] [--reps 3]
-    homeai bench voice [--n 10] [--out bench-out]
+    homeai bench voice [--n 10] [--out bench-out] [--quick]
     homeai bench http --peer URL [--url URL] [--quick]
     homeai bench members [--samples 20] [--streams 30] [--quick] [--out bench-out]
 
@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     voice = bsub.add_parser("voice", help="end of speech to first answer token over /v1/voice, idle and loaded")
     voice.add_argument("--n", type=int, default=10, help="questions per phase")
     voice.add_argument("--out", default="bench-out", help="folder for voice.json and voice.md")
+    voice.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     neighbour = bsub.add_parser("neighbour", help="chat latency and embeddings beside busy processes: before, during, after")
     neighbour.add_argument("--phase", type=float, default=20.0, help="seconds of each phase (quiet, busy, after)")
     neighbour.add_argument("--busy", type=int, default=2, help="busy processes at nice 10 during the busy phase")
@@ -303,7 +304,7 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
     if args.workload == "voice":
         from homeai.bench.voice_bench import run
 
-        run(cfg, n=args.n, out=Path(args.out))
+        run(cfg, n=args.n, out=Path(args.out), quick=args.quick)
         return 0
     return run_workloads(cfg, args)
 
