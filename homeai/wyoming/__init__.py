@@ -1,2 +1,3 @@
-"""Wyoming speech to text for Home Assistant: `framing` reads and writes events, `session` speaks
-the protocol on one connection, `server` listens and decides who may connect."""
+"""Wyoming speech to text and text to speech for Home Assistant: `framing` reads and writes events,
+`session` speaks the protocol on one connection (`synthesis` its text to speech, `info` what
+`describe` answers), `server` listens and decides who may connect."""

@@ -32,7 +32,7 @@ from collections import Counter
 
 from homeai.wyoming.advertise import Advertisement
 from homeai.wyoming.framing import Event, encode
-from homeai.wyoming.session import Session, describe
+from homeai.wyoming.session import Session
 
 log = logging.getLogger("homeai.wyoming")
 
@@ -47,7 +47,6 @@ class WyomingServer:
         self.runtime = runtime
         self.cfg = runtime.cfg.wyoming
         self.allowed = [ipaddress.ip_network(entry, strict=False) for entry in self.cfg.allow_from]
-        self.info = describe(runtime.cfg)
         self.port: int | None = None  # the port listened on (wyoming.port, or the one picked for 0)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
@@ -66,7 +65,7 @@ class WyomingServer:
             raise OSError(e.errno, f"wyoming: cannot listen on {host}:{port}: {reason} "
                           "(wyoming.host, wyoming.port)") from e
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("wyoming speech to text on %s:%d", host, self.port)
+        log.info("wyoming speech to text and text to speech on %s:%d", host, self.port)
         if self.cfg.zeroconf:
             self.advertisement = await Advertisement.start(self.cfg, self.port)
         return self
@@ -149,7 +148,7 @@ class WyomingServer:
     async def _session(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._per_address[address] += 1
         try:
-            await Session(self.runtime, self.info, reader, writer).run()
+            await Session(self.runtime, reader, writer).run()
         finally:
             self._per_address[address] -= 1
             if not self._per_address[address]:

@@ -1,10 +1,14 @@
-"""One Wyoming connection: speech to text as Home Assistant's voice pipeline asks for it.
+"""One Wyoming connection: speech to text and text to speech as Home Assistant's voice pipeline asks.
 
-    describe                                 -> info (one `asr` program: the speech model)
+    describe                                 -> info (`homeai.wyoming.info`: the asr and tts programs)
     transcribe {language?, name?}            (optional; language "en" unless given)
     audio-start {rate, width, channels}
     audio-chunk {rate, width, channels} + PCM ...
     audio-stop                               -> transcript {text, language} (no audio: text "")
+                                                with `wyoming.transcript_streaming`: transcript-start,
+                                                a transcript-chunk per Whisper segment as it is decoded,
+                                                transcript (the whole text), transcript-stop
+    synthesize, synthesize-start/-chunk/-stop -> audio (`homeai.wyoming.synthesis`)
     ping                                     -> pong
 
 Audio is PCM16 (width 2) at 8..48 kHz with any number of channels, mixed down to mono here;
@@ -13,11 +17,12 @@ audio: resampled to 16 kHz, on the speech model's bounded pool, the engine's bac
 while it is transcribed (`speech.pause_background`), speech's errors with the same codes and texts.
 A `WyomingError` (a bad frame, an event out of order, audio of another format than announced,
 an utterance over `speech.max_utterance_s` or over `wyoming.max_audio_bytes` buffered) or a
-client silent for `READ_TIMEOUT_S` gets an `error` event {text, code} and the connection closes,
-its utterance dropped. An event whose text is not valid Unicode gets an `error` event
-(`invalid_text`) and is ignored; the connection goes on. Unknown event types are ignored, as
-Wyoming services do. With `wyoming.member` set, each utterance is refused at audio-start
-(`lane_not_allowed`, naming the lanes allowed) unless that member may use the voice lane.
+client silent for `READ_TIMEOUT_S` (while it is sent no speech) gets an `error` event {text, code}
+and the connection closes, its utterance dropped. An event whose text is not valid Unicode, or a
+refused synthesis (`EventRefused`), gets an `error` event and is ignored; the connection goes on.
+Unknown event types are ignored, as Wyoming services do. With `wyoming.member` set, each
+utterance is refused at audio-start, and each synthesis at synthesize or synthesize-start
+(`lane_not_allowed`, naming the lanes allowed), unless that member may use the voice lane.
 """
 
 from __future__ import annotations
@@ -27,26 +32,22 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from homeai import __version__
-from homeai.config import Config
 from homeai.service.errors import ServiceError
 from homeai.service.speech import Speech
 from homeai.speech.base import MAX_RATE, MIN_RATE
 from homeai.store.members import LaneNotAllowed, check_lane, lanes_of
 from homeai.wyoming.framing import Event, EventRefused, WyomingError, encode, read_event
+from homeai.wyoming.info import DEFAULT_LANGUAGE, describe
+from homeai.wyoming.synthesis import VOICE_LANE, Synthesis
 
 log = logging.getLogger("homeai.wyoming")
 
 READ_TIMEOUT_S = 30.0  # the longest silence inside or between events before the connection is closed
 MAX_CHANNELS = 8
 LANGUAGE = re.compile(r"^([a-z]{2,3})([-_][A-Za-z0-9]{2,8})?$")  # "en", "en-US": Whisper takes the first part
-DEFAULT_LANGUAGE = "en"
-EMBEDDED_MODEL = "tiny.en"
-VOICE_LANE = "voice"  # what Wyoming transcribes for: with `wyoming.member` set, that member must be allowed it
 
 
 @dataclass(frozen=True)
@@ -72,23 +73,11 @@ class AudioFormat:
         return cls(rate, width, channels)
 
 
-def describe(cfg: Config) -> Event:
-    """The `info` answer to `describe`: one speech-to-text program with the model in force."""
-    model = Path(cfg.speech.model).name if cfg.speech.model else EMBEDDED_MODEL
-    attribution = {"name": "SYSTRAN faster-whisper", "url": "https://github.com/SYSTRAN/faster-whisper"}
-    asr = {"name": "homeai", "description": "homeai speech to text (faster-whisper)", "attribution": attribution,
-           "installed": True, "version": __version__, "supports_transcript_streaming": False,
-           "models": [{"name": model, "description": f"Whisper {model}",
-                       "attribution": {"name": "OpenAI", "url": "https://github.com/openai/whisper"},
-                       "installed": True, "version": None, "languages": [DEFAULT_LANGUAGE]}]}
-    return Event("info", {"asr": [asr], "tts": [], "handle": [], "intent": [], "wake": [], "mic": [], "snd": []})
-
-
 class Session:
     """The protocol on one connection: at most one utterance buffered at a time."""
 
-    def __init__(self, runtime, info: Event, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.runtime, self.info, self.reader, self.writer = runtime, info, reader, writer
+    def __init__(self, runtime, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.runtime, self.reader, self.writer = runtime, reader, writer
         self.speech = Speech(runtime)
         self.max_bytes = runtime.cfg.wyoming.max_frame_bytes
         self.max_utterance_s = runtime.cfg.speech.max_utterance_s
@@ -99,20 +88,22 @@ class Session:
         self.handlers = {"describe": self._describe, "ping": self._ping, "transcribe": self._transcribe,
                          "audio-start": self._audio_start, "audio-chunk": self._audio_chunk,
                          "audio-stop": self._audio_stop}
+        self.synthesis = Synthesis(runtime, self.send, writer.close)
+        for kind in self.synthesis.handlers:
+            self.handlers[kind] = self._synthesis_event
 
     async def run(self) -> None:
         try:
             while True:
                 try:
-                    event = await asyncio.wait_for(read_event(self.reader, self.max_bytes), READ_TIMEOUT_S)
+                    event = await self._next_event()
+                    if event is None:
+                        return  # the client closed the connection: what it was being told stops
+                    handler = self.handlers.get(event.type)
+                    if handler is not None:
+                        await handler(event)
                 except EventRefused as e:
                     await self._error(e.code, e.text)
-                    continue
-                if event is None:
-                    return  # the client closed the connection
-                handler = self.handlers.get(event.type)
-                if handler is not None:
-                    await handler(event)
         except WyomingError as e:
             await self._error(e.code, e.text)
         except ServiceError as e:  # the speech turn's: no speech model, bad audio, a full pool
@@ -121,11 +112,26 @@ class Session:
             await self._error("timeout", f"nothing received for {READ_TIMEOUT_S:g} s")
         finally:
             self.pcm = bytearray()  # the utterance's buffer goes with the connection, whatever ended it
+            await self.synthesis.close()
+
+    async def _next_event(self) -> Event | None:
+        """The next event; TimeoutError once the client is silent for READ_TIMEOUT_S while it is sent
+        no speech (a client listening to a long answer says nothing meanwhile)."""
+        reading = asyncio.ensure_future(read_event(self.reader, self.max_bytes))
+        try:
+            while True:
+                done, _ = await asyncio.wait({reading}, timeout=READ_TIMEOUT_S)
+                if done:
+                    return reading.result()
+                if not self.synthesis.busy:
+                    raise TimeoutError
+        finally:
+            reading.cancel()
 
     # ---- events -----------------------------------------------------------------------------
 
     async def _describe(self, _event: Event) -> None:
-        await self.send(self.info)
+        await self.send(describe(self.runtime))
 
     async def _ping(self, event: Event) -> None:
         await self.send(Event("pong", {"text": event.data["text"]} if isinstance(event.data.get("text"), str) else {}))
@@ -172,13 +178,47 @@ class Session:
         pcm, rate = bytes(self.pcm), self.format.rate
         self.format = None
         self.pcm.clear()
-        text, language = await self._text(pcm, rate) if pcm else ("", self.language)
+        if not self.runtime.cfg.wyoming.transcript_streaming:
+            text, language = await self._text(pcm, rate) if pcm else ("", self.language)
+            await self.send(Event("transcript", {"text": text, "language": language}))
+            return
+        if pcm:
+            self.speech.model()  # no speech model: the error before the stream starts
+        await self.send(Event("transcript-start", {"language": self.language}))
+        text, language = await self._streamed_text(pcm, rate) if pcm else ("", self.language)
         await self.send(Event("transcript", {"text": text, "language": language}))
+        await self.send(Event("transcript-stop"))
 
-    async def _text(self, pcm: bytes, rate: int) -> tuple[str, str]:
-        transcript = await self.speech.transcribe(pcm, rate, self.language)
+    async def _text(self, pcm: bytes, rate: int, on_segment=None) -> tuple[str, str]:
+        transcript = await self.speech.transcribe(pcm, rate, self.language, on_segment=on_segment)
         log.debug("wyoming: transcribed %.1f s of audio in %.0f ms", transcript.duration_s, transcript.elapsed_ms)
         return transcript.text, transcript.language
+
+    async def _streamed_text(self, pcm: bytes, rate: int) -> tuple[str, str]:
+        """The transcript, a transcript-chunk sent for each segment as the speech model decodes it
+        (the chunks joined are the transcript's text)."""
+        loop = asyncio.get_running_loop()
+        segments: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def on_segment(text: str) -> None:  # on the speech model's thread
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
+                loop.call_soon_threadsafe(segments.put_nowait, text)
+
+        transcription = asyncio.ensure_future(self._text(pcm, rate, on_segment))
+        transcription.add_done_callback(lambda _: segments.put_nowait(None))  # after every segment put
+        try:
+            separator = ""
+            while (segment := await segments.get()) is not None:
+                await self.send(Event("transcript-chunk", {"text": separator + segment}))
+                separator = " "
+            return await transcription
+        finally:
+            transcription.cancel()  # a client gone mid-stream: the result is not waited for
+
+    async def _synthesis_event(self, event: Event) -> None:
+        if event.type in ("synthesize", "synthesize-start") and self.runtime.cfg.wyoming.member:
+            await asyncio.to_thread(_allow_voice, self.runtime, self.runtime.cfg.wyoming.member)
+        await self.synthesis.handlers[event.type](event)
 
     # ---- sending ------------------------------------------------------------------------------
 
