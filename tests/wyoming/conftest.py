@@ -1,6 +1,7 @@
 """Fixtures for the Wyoming tests: real speech (espeak-ng and sox), one speech model per session,
-a real daemon over the shared model with its Wyoming listener on a free loopback port, and helpers
-that speak to it with the `wyoming` package's own client and event reader.
+a real daemon over the shared model (and the shared piper voice, tests/conftest.py's `tts`) with its
+Wyoming listener on a free loopback port, and helpers that speak to it with the `wyoming` package's
+own client and event reader.
 
 Only one engine may drive the runner at a time: each module starts at most one server.
 """
@@ -57,9 +58,9 @@ def wyoming_config(tmp_dir, speech=None, **wyoming):
 
 
 @contextlib.contextmanager
-def serve(cfg, runner, stt):
-    """The api tests' daemon with a loaded speech model; yields (server, Wyoming port)."""
-    with api_serve(cfg, runner, stt=stt) as server:
+def serve(cfg, runner, stt, tts=None):
+    """The api tests' daemon with a loaded speech model (and voice); yields (server, Wyoming port)."""
+    with api_serve(cfg, runner, stt=stt, tts=tts) as server:
         yield server, server.app.state.wyoming.port
 
 
