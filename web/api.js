@@ -72,6 +72,13 @@ export async function* events(path, body, { signal } = {}) {
   }
 }
 
+// POST `body` to `path` and return the response to read as it streams (e.g. audio).
+export async function post(path, body, { signal } = {}) {
+  const response = await fetch(path, { method: "POST", headers: headers(true), body: JSON.stringify(body), signal });
+  if (!response.ok) await fail(response);
+  return response;
+}
+
 export async function health() {
   try {
     const response = await fetch("/healthz");

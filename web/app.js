@@ -1,10 +1,11 @@
 // The household web UI's entry point: sign-in (a member token in localStorage, or none
 // when the daemon runs without auth), the chat and box views, the phone drawer, and the
-// keys that work everywhere (Esc stops an answer). Plain ES modules, no build step.
+// keys that work everywhere (Esc stops an answer, or the speech playing). Plain ES modules, no build step.
 
 import { call, health, token } from "./api.js";
 import { BoxView } from "./box.js";
 import { Chat } from "./chat.js";
+import { player } from "./player.js";
 
 const $ = (id) => document.getElementById(id);
 const HEALTH_RETRY_MS = 3000;
@@ -132,6 +133,8 @@ document.addEventListener("keydown", (e) => {
   if (chat.busy) {
     e.preventDefault();
     chat.stop();
+  } else if (player.playing) {
+    chat.silence();
   } else if (document.body.classList.contains("drawer-open")) {
     openDrawer(false);
     $("menu-button").focus();

@@ -1,9 +1,12 @@
 // The chat: the member's conversations (list, open, new, rename, delete), sending a
-// message and streaming the answer into the page, stop, regenerate, and push-to-talk.
+// message and streaming the answer into the page, stop, regenerate, push-to-talk (its answer
+// spoken by the server's voice as it arrives, unless muted), and reading a message aloud.
 // The server is the truth: the page keeps only which conversation is open and what it shows.
 
 import { ApiError, call, events } from "./api.js";
 import { plainText, renderMarkdown } from "./markdown.js";
+import { player } from "./player.js";
+import { readAloudButton, stopReading } from "./readaloud.js";
 import { PushToTalk, voiceSupport } from "./voice.js";
 
 const STOP_GRACE_MS = 2000; // after asking the server to stop, drop the stream if it has not ended
@@ -69,7 +72,10 @@ export class Chat {
       list: $("conversation-list"), title: $("chat-title"), messages: $("messages"), hint: $("empty-hint"),
       input: $("message-input"), send: $("send"), stop: $("stop"), mic: $("mic"), rename: $("rename"),
       del: $("delete"), renameForm: $("rename-form"), renameInput: $("rename-input"), readAloud: $("read-aloud"),
+      mute: $("mute"),
     };
+    this.muted = localStorage.getItem("homeai.muted") === "1"; // push-to-talk answers in words only
+    this.serverVoice = true; // until the server says it has no speech synthesis
     this.voice = new PushToTalk(this.voiceHandlers());
     this.wire();
   }
@@ -108,6 +114,24 @@ export class Chat {
       if (!ui.readAloud.checked && window.speechSynthesis) speechSynthesis.cancel();
     });
     this.wireMic();
+    this.showMuted();
+    ui.mute.addEventListener("click", () => {
+      this.muted = !this.muted;
+      localStorage.setItem("homeai.muted", this.muted ? "1" : "0");
+      this.showMuted();
+      if (this.muted) this.silence();
+    });
+  }
+
+  showMuted() {
+    this.ui.mute.setAttribute("aria-pressed", String(this.muted));
+    this.ui.mute.title = this.muted ? "Spoken answers are muted" : "Mute spoken answers";
+  }
+
+  // Stop whatever is being played (a spoken answer or a message read aloud).
+  silence() {
+    stopReading();
+    player.stop();
   }
 
   // ---- conversations ----------------------------------------------------------------
@@ -274,7 +298,8 @@ export class Chat {
     } else {
       bubble.textContent = message.content;
     }
-    article.append(who, bubble);
+    const read = readAloudButton(() => bubble.innerText, this.notify);
+    article.append(who, bubble, read);
     return article;
   }
 
@@ -416,6 +441,7 @@ export class Chat {
     this.ui.stop.disabled = true;
     speechStop();
     if (busy.kind === "voice") {
+      this.silence();
       this.voice.cancel();
       return;
     }
@@ -453,14 +479,18 @@ export class Chat {
   }
 
   async talk() {
-    if (this.busy || this.talking) return;
+    if (this.talking) return;
+    this.silence(); // speaking again stops playback (in the press: it also lets the page play audio)
+    player.unlock();
+    if (this.busy && this.busy.kind === "voice") this.interrupt();
+    if (this.busy) return;
     this.talking = true;
     try {
       const fresh = !this.current;
       await this.ensureConversation("Voice chat");
       this.voiceFresh = fresh;
       this.setBusy({ kind: "voice", conversationId: this.current.id, view: null });
-      await this.voice.start(this.current.id);
+      await this.voice.start(this.current.id, { speak: !this.muted && this.serverVoice });
       if (!this.talking) {
         this.voice.close(); // let go before the microphone opened: nothing to send
         this.notify("Hold the button while you speak.");
@@ -471,6 +501,17 @@ export class Chat {
       this.setBusy(null);
       this.notify(e.name === "NotAllowedError" ? "The microphone was not allowed." : e.message);
     }
+  }
+
+  // Barge-in: the member speaks while the last answer is still coming; it stops where it is.
+  interrupt() {
+    const view = this.busy.view;
+    this.voice.abandon();
+    if (view) {
+      view.end("Stopped.");
+      if (!view.text) view.article.remove();
+    }
+    this.setBusy(null);
   }
 
   endTalk() {
@@ -501,7 +542,23 @@ export class Chat {
         if (!this.busy || !this.busy.view) return;
         const complete = event.finish_reason === "stop" || event.finish_reason === "length";
         this.busy.view.end(complete ? "" : "Stopped.");
-        if (complete) speak(event.text || this.busy.view.text, this.ui.readAloud.checked);
+        const spoken = this.busy.spoken; // by the server's voice: not again by the browser's
+        if (complete && !spoken && !this.muted) speak(event.text || this.busy.view.text, this.ui.readAloud.checked);
+      },
+      audioStart: (sampleRate) => {
+        if (!this.busy || this.busy.kind !== "voice") return;
+        this.busy.spoken = true;
+        stopReading();
+        player.begin(sampleRate);
+      },
+      audio: (frame) => {
+        if (this.busy && this.busy.kind === "voice" && !this.busy.stopping && !this.muted) player.push(frame);
+      },
+      audioDone: (event) => {
+        if (event.error) this.notify(`The answer could not be spoken: ${event.error.message}`);
+      },
+      speechUnavailable: () => {
+        this.serverVoice = false; // this server has no speech synthesis: answers in words (and the browser's voice)
       },
       error: (message) => this.notify(message),
       state: (name) => {
