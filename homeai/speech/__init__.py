@@ -1,1 +1,2 @@
-"""Speech to text, which is optional: `base` imports no speech library, `stt` needs faster-whisper and PyAV."""
+"""Speech in and out, both optional: `base` imports no speech library, `stt` needs faster-whisper and PyAV,
+`tts` needs piper; `sentences` (an answer cut into speakable sentences) is pure."""
