@@ -8,18 +8,23 @@ not a member's (OpenAI clients insist on sending some key), counts as the defaul
 Which lanes the caller may use is the service's to check (`homeai.service.rights`, where `Caller`
 lives): a lane they may not use is a 403 `lane_not_allowed` naming the lanes they may. The
 default member is an admin: every lane.
+
+A member marked as a trusted proxy asks for the user its `[clients] proxy_user_header` names
+(`homeai.service.clients.as_user`): the routes' `CurrentMember` is that user's caller, shared
+fairly by a key of its own; anyone else's header is ignored.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Header
+from fastapi import Depends, Header, Request
 
 from homeai.api.deps import RuntimeDep
 from homeai.api.errors import ApiError
+from homeai.service.clients import as_user
 from homeai.service.rights import Caller
-from homeai.store.members import allowed_lanes, authenticate, ensure_default_member
+from homeai.store.members import allowed_lanes, authenticate, ensure_default_member, is_proxy
 
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
@@ -53,7 +58,15 @@ def caller_of(runtime, token: str | None) -> Caller:
                 raise ApiError(401, "invalid or revoked token", code="invalid_api_key", headers=CHALLENGE)
             member = ensure_default_member(session)
         default = member.settings.default_lane if member.settings else None
-        return Caller(member.name, member.is_admin, member.id, allowed_lanes(member), default)
+        return Caller(member.name, member.is_admin, member.id, allowed_lanes(member), default, is_proxy(member))
 
 
-CurrentMember = Annotated[Caller, Depends(current_member)]
+async def current_caller(request: Request, runtime: RuntimeDep,
+                         member: Annotated[Caller, Depends(current_member)]) -> Caller:
+    """The member, or the user a trusted proxy member asks for (a 400 naming the header for a bad one);
+    on the event loop: it reads nothing but the request."""
+    header = runtime.cfg.clients.proxy_user_header
+    return as_user(member, header, request.headers.get(header) if header else None)
+
+
+CurrentMember = Annotated[Caller, Depends(current_caller)]

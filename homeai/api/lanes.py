@@ -38,7 +38,7 @@ async def lanes(service: ServiceDep, member: CurrentMember) -> dict:
 
 def lanes_view(state: EngineState, caller: Caller | None = None) -> dict:
     """The engine's state as `/api/lanes` shows it to `caller` (None: an admin's view)."""
-    member = None if caller is None or caller.is_admin else caller.name
+    member = None if caller is None or caller.is_admin else caller.key  # a proxy's user: their own
     caches = {name: _coarse(asdict(c), member) for name, c in state.caches.items()}
     kv = _coarse({key: state.total(key) for key in caches["main"]}, member)  # totals over the caches
     kv["caches"] = caches

@@ -1,9 +1,10 @@
 """Ollama's generation on homeai's port, for Home Assistant's `ollama` integration, Open WebUI and scripts.
 
 `/api/chat`, `/api/generate`, `/api/embed` and the older `/api/embeddings` (the served model's routes, `/api/tags` and the rest,
-are `homeai.api.ollama_manage`'s). Generation goes through the same lanes as everywhere: the
-`X-HomeAI-Lane` header, else the member's default lane (`homeai members add ha --lane voice`),
-else chat; embeddings on the embeddings lane (a lane the member may not use: 403). The service
+are `homeai.api.ollama_manage`'s). Generation goes through the same lanes as everywhere: a model
+named `<id>:<lane>` (`homeai.service.names`), else the `X-HomeAI-Lane` header, else the member's
+default lane (`homeai members add ha --lane voice`), else chat; embeddings on the embeddings lane
+unless named or asked otherwise (a lane the member may not use: 403). The service
 (`homeai.service`) answers; this module reads Ollama's bodies and writes its lines.
 
 Answers are Ollama's: NDJSON (`application/x-ndjson`, one object a line) when `stream` is true,
@@ -53,21 +54,14 @@ def ready(service: ServiceDep) -> None:
 Ready = Annotated[None, Depends(ready)]
 
 
-def generation_lane(service: ServiceDep, member: CurrentMember, lane_header: LaneHeader = None) -> str:
-    """The header's lane, else the member's default lane, else chat; one they may use."""
-    return service.lane(member, lane_header, member.default_lane or "chat")[0]
-
-
-GenerationLane = Annotated[str, Depends(generation_lane)]
-
-
 # ---- generation -----------------------------------------------------------------------------
 
 
 @router.post("/chat")
 async def chat(body: ChatRequest, request: Request, service: ServiceDep, _ready: Ready, member: CurrentMember,
-               lane: GenerationLane) -> Response:
+               lane_header: LaneHeader = None) -> Response:
     started = time.perf_counter_ns()
+    lane = _generation_lane(service, member, body.model, lane_header)
     model = _generation(service, body, lane, num_messages=len(body.messages))
     reply = Reply(model, "chat")
     if not body.messages:  # Ollama's way to load (or, keep_alive 0, unload) a model: answered at once
@@ -78,14 +72,20 @@ async def chat(body: ChatRequest, request: Request, service: ServiceDep, _ready:
 
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request, service: ServiceDep, _ready: Ready,
-                   member: CurrentMember, lane: GenerationLane) -> Response:
+                   member: CurrentMember, lane_header: LaneHeader = None) -> Response:
     started = time.perf_counter_ns()
+    lane = _generation_lane(service, member, body.model, lane_header)
     model = _generation(service, body, lane)
     reply = Reply(model, "generate")
     if not body.prompt:
         return reply.loaded(body.unloads())
     answer = await service.complete(body.ask(lane, model), member)
     return await _answer(request, answer, reply, stream_lines=body.stream, started=started)
+
+
+def _generation_lane(service, member, model: str, lane_header: str | None) -> str:
+    """The model name's lane, else the header's, else the member's default lane, else chat; one they may use."""
+    return service.request_lane(member, model=model, header=lane_header, default=member.default_lane or "chat")[0]
 
 
 def _generation(service, body: Generating, lane: str, num_messages: int = 0) -> str:
@@ -174,7 +174,7 @@ async def embed(body: EmbedRequest, request: Request, service: ServiceDep, _read
     """Ollama's embeddings: one L2-normalised vector per input, from the embeddings lane."""
     started = time.perf_counter_ns()
     model = _model(service, body.model, "embed")
-    lane, policy = service.lane(member, lane_header, "embeddings")
+    lane, policy = service.request_lane(member, model=body.model, header=lane_header, default="embeddings")
     _local(service, lane)
     inputs = body.inputs()
     if not inputs or len(inputs) > policy.max_queue:
@@ -197,7 +197,7 @@ async def embeddings(body: EmbeddingsRequest, request: Request, service: Service
     """Ollama's older embeddings: the prompt's vector as the model gives it (Ollama normalises only
     `/api/embed`'s), from the embeddings lane; an empty prompt is its load call, `[]`."""
     model = _model(service, body.model, "embed")
-    lane = service.lane(member, lane_header, "embeddings")[0]
+    lane = service.request_lane(member, model=body.model, header=lane_header, default="embeddings")[0]
     _local(service, lane)
     if not body.prompt:
         return JSONResponse({"embedding": []})

@@ -1,5 +1,6 @@
-"""Ollama's model management on homeai's port: `/api/version`, `/api/tags` (the served model and
-every local model), `/api/ps` (the served one: the only one loaded), `/api/show` (any of them),
+"""Ollama's model management on homeai's port: `/api/version`, `/api/tags` (the served model, its
+lane names `<id>:<lane>` for the lanes the member may use (`homeai.service.names`), and every local
+model), `/api/ps` (the served one: the only one loaded), `/api/show` (any of them, a lane name too),
 `/api/pull` and `/api/delete` (a local model that is not served; an admin's when auth is on).
 
 `/api/pull` downloads from Hugging Face as `homeai pull` does (`homeai.pull`): the repository's
@@ -52,9 +53,10 @@ def version() -> dict:
 
 
 @router.get("/tags")
-def tags(runtime: RuntimeDep, service: ServiceDep) -> dict:
+def tags(runtime: RuntimeDep, service: ServiceDep, member: CurrentMember) -> dict:
     """A plain function: the first call reads the GGUF headers, in a worker thread."""
     served = [Listed.of_card(card) for card in service.cards()]  # a 503 while the model loads
+    served += [dataclasses.replace(served[0], name=name) for name in service.lane_names(member)]
     local = [Listed.of_local(model) for model in catalog.listed(_models(runtime))]
     names = {model.name for model in served}  # a hand-placed file served is listed once
     return {"models": [ollama_models.tag_entry(model) for model in served + [m for m in local if m.name not in names]]}

@@ -21,6 +21,7 @@ from pathlib import Path
 from homeai import catalog
 from homeai.gguf_header import metadata, quantization
 from homeai.sched.request import SamplingParams
+from homeai.service import names
 
 TAG = "latest"  # Ollama names are name:tag; the served model is listed as `<id>:latest`
 EMBEDDING_ARCHITECTURES = ("bert", "nomic-bert", "jina-bert-v2", "t5encoder")  # GGUFs that only embed
@@ -65,9 +66,9 @@ def capabilities(purposes: set[str]) -> list[str]:
 
 
 def served(runtime, name: str) -> tuple[object, set[str]] | None:
-    """The served card `name` names (`<id>`, `<id>:latest`, the file's name, an alias, or the served
-    file's local name, `hf.co/<org>/<repo>:<tag>`) and its purposes."""
-    bare = name.removesuffix(f":{TAG}")
+    """The served card `name` names (`<id>`, `<id>:latest`, `<id>:<lane>`, the file's name, an alias, or
+    the served file's local name, `hf.co/<org>/<repo>:<tag>`) and its purposes."""
+    bare = names.split(name.removesuffix(f":{TAG}"), runtime.cfg.lanes)[0]
     local = catalog.find(catalog.folder(runtime.cfg.data_dir), name)
     found = None
     purposes = set()

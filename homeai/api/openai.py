@@ -1,7 +1,8 @@
 """OpenAI-compatible routes: `/v1/chat/completions`, `/v1/completions`, `/v1/embeddings`, `/v1/models`.
 
-A route resolves the lane with the service (body `lane`, else the `X-HomeAI-Lane` header, else
-the endpoint's default; one the member may not use is a 403), checks the client's limits, and
+A route resolves the lane with the service (a model named `<id>:<lane>` or the body's `lane`, else
+the `X-HomeAI-Lane` header, else the endpoint's default: `homeai.service.names`; one the member
+may not use is a 403), checks the client's limits, and
 hands `dispatch.serve` its local answer: the body as the service's question, the answer stream
 (`homeai.service`) formatted as OpenAI's objects (`shapes`) whole or as server-sent events
 (`streaming`). A lane served by a remote server (`[remote.<lane>]`) is forwarded there instead.
@@ -28,17 +29,19 @@ router = APIRouter(prefix="/v1", tags=["openai"], dependencies=[Depends(current_
 
 
 @router.get("/models")
-def list_models(service: ServiceDep) -> dict:
-    service.ready()
-    data = [{"id": card.id, "object": "model", "created": card.created, "owned_by": "homeai"}
-            for card in service.cards()]
-    return {"object": "list", "data": data}
+def list_models(service: ServiceDep, member: CurrentMember) -> dict:
+    """The served models, then the generation model under the names of the lanes the member may use."""
+    cards = service.cards()
+    created = next(card.created for card in cards if card.purpose == "generate")
+    ids = [(card.id, card.created) for card in cards] + [(name, created) for name in service.lane_names(member)]
+    return {"object": "list", "data": [{"id": id_, "object": "model", "created": when, "owned_by": "homeai"}
+                                       for id_, when in ids]}
 
 
 @router.post("/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request, service: ServiceDep,
                            member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    lane, _policy = service.lane(member, body.lane or lane_header, "chat")
+    lane, _policy = service.request_lane(member, model=body.model, lane=body.lane, header=lane_header, default="chat")
     service.check_limits(max_tokens=body.max_completion_tokens or body.max_tokens, num_messages=len(body.messages),
                          max_tokens_param=body.max_tokens_param)
 
@@ -55,14 +58,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request, servic
             whole["citations"] = answer.citations
         return JSONResponse(whole)
 
-    return await dispatch.serve(service.remotes, request, "/chat/completions", lane=lane, member=member.name,
+    return await dispatch.serve(service.remotes, request, "/chat/completions", lane=lane, member=member.key,
                                 stream=body.stream, local=local)
 
 
 @router.post("/completions")
 async def completions(body: CompletionRequest, request: Request, service: ServiceDep,
                       member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    lane, _policy = service.lane(member, body.lane or lane_header, "chat")
+    lane, _policy = service.request_lane(member, model=body.model, lane=body.lane, header=lane_header, default="chat")
     service.check_limits(max_tokens=body.max_tokens)
 
     async def local(fallback: bool) -> Response:
@@ -72,14 +75,15 @@ async def completions(body: CompletionRequest, request: Request, service: Servic
             return sse_response(answer, shape, include_usage=body.include_usage)
         return JSONResponse(shape.whole(await collect(request, answer)))
 
-    return await dispatch.serve(service.remotes, request, "/completions", lane=lane, member=member.name,
+    return await dispatch.serve(service.remotes, request, "/completions", lane=lane, member=member.key,
                                 stream=body.stream, local=local)
 
 
 @router.post("/embeddings")
 async def embeddings(body: EmbeddingRequest, request: Request, service: ServiceDep,
                      member: CurrentMember, lane_header: LaneHeader = None) -> Response:
-    lane, policy = service.lane(member, body.lane or lane_header, "embeddings")
+    lane, policy = service.request_lane(member, model=body.model, lane=body.lane, header=lane_header,
+                                        default="embeddings")
     inputs = body.inputs()
     if len(inputs) > policy.max_queue:
         raise ApiError(400, f"{len(inputs)} inputs, but lane {lane!r} queues at most {policy.max_queue}",
@@ -99,7 +103,7 @@ async def embeddings(body: EmbeddingRequest, request: Request, service: ServiceD
         return JSONResponse({"object": "list", "data": data, "model": embedded.model,
                              "usage": {"prompt_tokens": embedded.num_tokens, "total_tokens": embedded.num_tokens}})
 
-    return await dispatch.serve(service.remotes, request, "/embeddings", lane=lane, member=member.name,
+    return await dispatch.serve(service.remotes, request, "/embeddings", lane=lane, member=member.key,
                                 stream=False, local=local)
 
 

@@ -7,15 +7,40 @@ Such a request asked on the chat lane goes to `[clients] background_task_lane` (
 default) when the member may use that lane, so it queues behind the household's chats rather than
 ahead of them; otherwise it stays where it was asked. Every protocol's chat passes here
 (`Service.chat`), so the rule is the same on `/api/chat` and `/v1/chat/completions`.
+
+All of a tool's users come with one member's token. A member marked as a trusted proxy
+(`homeai members add owui --proxy`) names the person asking in `[clients] proxy_user_header`
+(Open WebUI's `X-OpenWebUI-User-Id`, sent with `ENABLE_FORWARD_USER_INFO_HEADERS=true`): each
+such user is then a fair-share key of their own, `<member>/<user>` (`as_user`), within the
+member's lanes and limits. From anyone else the header is ignored. A proxy's value that is not an
+id (1-64 letters, digits and `._@+-`) is a 400 naming the header, never echoing the value:
+merging the users silently would hide a misconfigured proxy.
 """
 
 from __future__ import annotations
+
+import re
+from dataclasses import replace
 
 from homeai.service.errors import ServiceError
 from homeai.service.rights import Caller, allow_lane
 
 TASK_OPENING = "### Task:"
 CHAT_LANE = "chat"
+MAX_USER_LEN = 64
+USER_ID = re.compile(rf"[A-Za-z0-9._@+-]{{1,{MAX_USER_LEN}}}")
+
+
+def as_user(caller: Caller, header: str, value: str | None) -> Caller:
+    """`caller` asking for the user `value` (the `header`'s) when `caller` is a trusted proxy that
+    named one; else `caller` as it is."""
+    if not caller.proxy or not header or value is None:
+        return caller
+    if USER_ID.fullmatch(value) is None:
+        raise ServiceError(400, f"the {header} header must name a user in 1 to {MAX_USER_LEN} letters, digits "
+                                f"or . _ @ + - (this member is a proxy: it names who is asking)",
+                           code="invalid_proxy_user", param=header)
+    return replace(caller, user=value)
 
 
 def task_lane(cfg, caller: Caller, lane: str, messages: list[dict]) -> str:

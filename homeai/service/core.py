@@ -20,7 +20,7 @@ import asyncio
 from homeai.engine.engine import Engine, RequestStream
 from homeai.engine.state import EngineState
 from homeai.sched.request import Kind
-from homeai.service import clients, prompts, sampling
+from homeai.service import clients, names, prompts, sampling
 from homeai.service.answer import Answer
 from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
 from homeai.service.errors import ServiceError, embedding_failed, model_loading, model_unavailable
@@ -66,12 +66,13 @@ class Service:
 
     def model(self, requested: str | None, purpose: str) -> str:
         """The served model's id for `purpose` ("generate" or "embed") if `requested` names it (as
-        Ollama's `<id>:latest` too); else a 404."""
+        Ollama's `<id>:latest` too, or `<id>:<lane>`: `homeai.service.names`); else a 404."""
         self.ready()
-        model = self.runtime.resolve_model(_untagged(requested), purpose)
+        model = self.runtime.resolve_model(self._base(requested), purpose)
         if model is None:
             served = self.runtime.model_id(purpose)
-            raise ServiceError(404, f"the model {requested!r} does not exist; this server serves {served!r}",
+            raise ServiceError(404, f"the model {requested!r} does not exist; this server serves {served!r} "
+                                    f"(also as {served}:<lane> for a lane: {', '.join(self.cfg.lanes)})",
                                code="model_not_found", param="model")
         return model
 
@@ -81,11 +82,20 @@ class Service:
         self.ready()
         found, purposes = None, set()
         for purpose in ("generate", "embed"):
-            if self.runtime.resolve_model(_untagged(name), purpose) is not None:
+            if self.runtime.resolve_model(self._base(name), purpose) is not None:
                 found = found or self.runtime.models[purpose]
                 if self.runtime.models[purpose] == found:
                     purposes.add(purpose)
         return (found, purposes) if found is not None else None
+
+    def lane_names(self, caller: Caller) -> list[str]:
+        """The served model's names that pick a lane `caller` may use (`<id>:summaries`, ...)."""
+        self.ready()
+        return names.listed(self.runtime.model_id("generate"), self.cfg.lanes, caller.lanes)
+
+    def _base(self, name: str | None) -> str | None:
+        """`name` without Ollama's `:latest` or a lane's `:<lane>`."""
+        return names.split(_untagged(name), self.cfg.lanes)[0]
 
     def context_length(self) -> int:
         engine = self.engine()
@@ -110,6 +120,13 @@ class Service:
     def lane(self, caller: Caller, requested: str | None, default: str) -> tuple[str, LanePolicy]:
         """The lane asked for (else `default`) and its policy: 400 unknown, 403 not the member's."""
         return lane_for(self.runtime, caller, requested, default)
+
+    def request_lane(self, caller: Caller, *, model: str | None, lane: str | None = None,
+                     header: str | None = None, default: str) -> tuple[str, LanePolicy]:
+        """The lane a request with a model name asks for: the name's (`<id>:<lane>`) or the body's
+        `lane` (a 400 when they differ), else the header's, else `default`; checked as `lane`."""
+        named = names.split(_untagged(model), self.cfg.lanes)[1]
+        return self.lane(caller, names.asked_lane(named, lane, header), default)
 
     def check_limits(self, *, max_tokens: int | None, num_messages: int = 0,
                      max_tokens_param: str = "max_tokens") -> None:
@@ -151,7 +168,7 @@ class Service:
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
         stream = await submit(engine, lambda: prompts.chat_tokens(runner, ask.messages, plan, docs=docs, limit=limit),
-                              lane=lane, member=caller.name, params=params, prompt_param=ask.prompt_param)
+                              lane=lane, member=caller.key, params=params, prompt_param=ask.prompt_param)
         return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
                       citations=citations)
 
@@ -183,7 +200,7 @@ class Service:
             system = [{"role": "system", "content": ask.system}] if ask.system else []
             return runner.apply_chat_template([*system, {"role": "user", "content": ask.prompt}])
 
-        stream = await submit(engine, prompt, lane=lane, member=caller.name, params=params,
+        stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param)
         return Answer(stream, model=model, lane=lane, with_tokens=params.logprobs is not None)
 
@@ -193,7 +210,7 @@ class Service:
         engine = self.engine()
         model = self.model(ask.model, "embed")
         loop = asyncio.get_running_loop()
-        streams = await off_loop(lambda: _submit_embeds(engine, ask.inputs, lane, caller.name, loop), engine=engine,
+        streams = await off_loop(lambda: _submit_embeds(engine, ask.inputs, lane, caller.key, loop), engine=engine,
                                  lane=lane, prompt_param=ask.prompt_param)
         try:
             for stream in streams:

@@ -3,6 +3,9 @@
 Every protocol asks here before a lane is used: an unknown lane is a 400 `unknown_lane`, a lane
 the member may not use a 403 `lane_not_allowed` naming the lanes they may
 (`homeai.store.members.check_lane`). The default member is an admin: every lane.
+
+A caller is shared fairly with the others by `Caller.key`: the member's name, or for a trusted
+proxy's user `<member>/<user>` (`homeai.service.clients.as_user`); rights are the member's either way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ class Caller:
     member_id: int  # the member's row: routes scope their queries by it
     lanes: tuple[str, ...]  # the lanes they may use
     default_lane: str | None = None  # where their requests go when they name no lane (None: the route's own)
+    proxy: bool = False  # a trusted proxy: the user it names is shared fairly as a key of their own
+    user: str | None = None  # that user (set only for a proxy, from `[clients] proxy_user_header`)
+
+    @property
+    def key(self) -> str:
+        """Who the engine shares fairly by: the member, or a proxy's user within it."""
+        return self.name if self.user is None else f"{self.name}/{self.user}"
 
 
 def lane_for(runtime, caller: Caller, name: str | None, default: str) -> tuple[str, LanePolicy]:
