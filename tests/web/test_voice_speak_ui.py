@@ -62,7 +62,7 @@ def test_a_spoken_answer_plays_as_it_arrives_and_a_message_is_read_aloud(voice_b
         page.mouse.up()
 
         # Frames arrive and play while the answer is still being written or synthesised.
-        page.wait_for_function("homeaiPlayer.stats.played > 0", timeout=ANSWER_MS)
+        page.wait_for_function("() => homeaiPlayer.stats.played > 0", timeout=ANSWER_MS)
         first = stats(page)
         assert first["sampleRate"] == tts.sample_rate() and first["scheduled"] >= first["played"] > 0
         assert first["time"] > 0  # the AudioContext's clock runs: it is playing
@@ -84,7 +84,7 @@ def test_a_spoken_answer_plays_as_it_arrives_and_a_message_is_read_aloud(voice_b
         read = answer.get_by_role("button", name="Read aloud")
         read.click()
         expect(read).to_have_attribute("aria-pressed", "true")
-        page.wait_for_function(f"homeaiPlayer.stats.played > {before['played']} && homeaiPlayer.stats.playing",
+        page.wait_for_function(f"() => homeaiPlayer.stats.played > {before['played']} && homeaiPlayer.stats.playing",
                                timeout=ANSWER_MS)
         request = speech_requests[-1]
         body = json.loads(request.post_data)
@@ -102,7 +102,7 @@ def test_a_spoken_answer_plays_as_it_arrives_and_a_message_is_read_aloud(voice_b
 
         # Muting stops what plays, and the next push-to-talk asks for words only.
         read.click()
-        page.wait_for_function("homeaiPlayer.stats.playing", timeout=ANSWER_MS)
+        page.wait_for_function("() => homeaiPlayer.stats.playing", timeout=ANSWER_MS)
         mute.click()
         expect(mute).to_have_attribute("aria-pressed", "true")
         assert stats(page)["playing"] is False
