@@ -6,9 +6,8 @@ import { post } from "./api.js";
 import { plainText } from "./markdown.js";
 import { player } from "./player.js";
 
-const SPEAKER = '<svg viewBox="0 0 24 24" width="16" height="16" aria-hidden="true" focusable="false">'
-  + '<path fill="currentColor" d="M3 9v6h4l5 5V4L7 9H3zm13.5 3A4.5 4.5 0 0 0 14 8v8a4.5 4.5 0 0 0 2.5-4zM14 '
-  + '3.23v2.06a7 7 0 0 1 0 13.42v2.06A9 9 0 0 0 14 3.23z"/></svg>';
+// A glyph, not an inline SVG: the messages hold no SVG (tests/web/test_chat_ui.py checks replies stay inert).
+const SPEAKER = '<span aria-hidden="true">🔈</span>';
 const PCM_RATE = 24000; // OpenAI's raw `pcm` (the server also says it in X-HomeAI-Sample-Rate)
 
 let reading = null; // {button, controller, streamed}
