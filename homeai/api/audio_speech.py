@@ -58,7 +58,12 @@ class SpeechRequest(RequestBody):
     lane: str | None = None  # homeai's: the synthesis priority's lane (also X-HomeAI-Lane)
 
 
-@router.post("/speech")
+AUDIO = {200: {"description": "The speech, streamed as it is synthesised",
+               "content": {"audio/wav": {"schema": {"type": "string", "format": "binary"}},
+                           "audio/pcm": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+@router.post("/speech", response_class=StreamingResponse, responses=AUDIO)
 async def speech(body: SpeechRequest, service: ServiceDep, runtime: RuntimeDep, member: CurrentMember,
                  lane_header: LaneHeader = None) -> StreamingResponse:
     lane, _policy = service.request_lane(member, model=body.model, lane=body.lane, header=lane_header, default="chat")

@@ -28,8 +28,8 @@ pytestmark = pytest.mark.model
 
 MAX_EXAMPLES = int(os.environ.get("HOMEAI_SCHEMA_EXAMPLES", "8"))  # per operation and mode
 # A 503 in the error shape is a refusal, not a crash: what this test server has not loaded (it is
-# handed a runner and no speech model) or has not started (the job service).
-UNAVAILABLE = {"speech_unavailable", "model_loading", "jobs_unavailable"}
+# handed a runner and no speech model nor voice) or has not started (the job service).
+UNAVAILABLE = {"speech_unavailable", "tts_unavailable", "model_loading", "jobs_unavailable"}
 # This box reaches no model hub (HF_ENDPOINT points at a closed port below): a pull answers 502, the
 # hub's failure in Ollama's error shape, which is a refusal, not a crash.
 HUB = "http://127.0.0.1:9"
