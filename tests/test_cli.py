@@ -89,3 +89,24 @@ def test_members_lanes_are_set_at_add_shown_and_changed(tmp_path):
     out = run("lanes", "root", "chat")
     assert out.returncode == 1 and "admin" in out.stderr, out
     assert "eve" not in homeai("--config", str(cfg), "members", "list").stdout
+
+
+def test_members_proxy_is_set_at_add_shown_and_changed(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f"[database]\nurl = \"sqlite:///{tmp_path / 'h.db'}\"\n")
+
+    def run(*args):
+        return homeai("--config", str(cfg), "members", *args)
+
+    def flags() -> dict:
+        return {line.split()[0]: line.split()[2] == "proxy" for line in run("list").stdout.splitlines()}
+
+    out = run("add", "owui", "--proxy")
+    assert out.returncode == 0 and "(member, proxy, lanes: chat,summaries,indexing,embeddings)" in out.stdout, out
+    assert run("add", "bob").returncode == 0
+    assert flags() == {"bob": False, "owui": True}
+    out = run("proxy", "bob")
+    assert out.returncode == 0 and "X-OpenWebUI-User-Id" in out.stdout, out
+    assert run("proxy", "owui", "--off").returncode == 0
+    assert flags() == {"bob": True, "owui": False}
+    assert run("proxy", "nobody").returncode == 1

@@ -78,7 +78,8 @@ def test_version(authed):
 def test_list_names_the_served_model_with_its_facts(client, server):
     models = client.list().models
     card = server.runtime.models["generate"]
-    assert [m.model for m in models] == [f"{card.id}:latest"]
+    # then its lane names, for the household's lanes but embeddings (issue 27: tests/api/test_lane_names.py)
+    assert [m.model for m in models] == [f"{card.id}:latest"] + [f"{card.id}:{lane}" for lane in ("voice", "chat", "summaries", "indexing")]
     model = models[0]
     assert model.size == Path(card.path).stat().st_size and re.fullmatch(r"[0-9a-f]{64}", model.digest)
     assert model.details.format == "gguf" and model.details.family == "llama"

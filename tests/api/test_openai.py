@@ -56,7 +56,9 @@ def test_healthz_names_the_model(http):
 
 def test_models_lists_the_loaded_model(client, http):
     models = client.models.list().data
-    assert [m.id for m in models] == [http.get("/healthz").json()["model"]]
+    served = http.get("/healthz").json()["model"]
+    # then its lane names, for the household's lanes but embeddings (issue 27: tests/api/test_lane_names.py)
+    assert [m.id for m in models] == [served] + [f"{served}:{lane}" for lane in ("voice", "chat", "summaries", "indexing")]
     assert models[0].object == "model" and models[0].owned_by == "homeai"
 
 

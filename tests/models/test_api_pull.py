@@ -72,7 +72,8 @@ def test_pull_streams_ollamas_progress_then_lists_and_shows_the_model(admin, mod
 
     listed = {m.model: m for m in admin.list().models}
     card = server.runtime.models["generate"]
-    assert set(listed) == {f"{card.id}:latest", NAME}
+    lane_names = {f"{card.id}:{lane}" for lane in ("voice", "chat", "summaries", "indexing")}  # the served model's (issue 27)
+    assert set(listed) == {f"{card.id}:latest", NAME} | lane_names
     pulled = listed[NAME]
     assert pulled.size == len(tiny_gguf) and pulled.digest == digest[7:]
     assert pulled.details.quantization_level == "Q8_0" and pulled.details.family == "llama"

@@ -38,7 +38,8 @@ def test_a_pulled_split_model_served_by_its_name(hub, tmp_path):
             client = ollama.Client(host=server.url, timeout=TIMEOUT)
             served = f"{server.runtime.models['generate'].id}:latest"
             assert served == "split-Q8_0-00001-of-00003:latest"
-            assert {m.model for m in client.list().models} == {served, NAME}
+            lane_names = {served.replace(":latest", f":{lane}") for lane in ("voice", "chat", "summaries", "indexing")}  # issue 27
+            assert {m.model for m in client.list().models} == {served, NAME} | lane_names
             assert [m.model for m in client.ps().models] == [served]
             assert client.show(NAME.lower()).details.quantization_level == "Q8_0"
             answer = client.generate(model=served, prompt="Hello", options={"num_predict": 4, "seed": 1})
@@ -68,7 +69,9 @@ def test_a_hand_placed_file_served_by_its_name_is_listed_once(tmp_path, tiny_ggu
     try:
         with serve(cfg, runner) as server:
             client = ollama.Client(host=server.url, timeout=TIMEOUT)
-            assert sorted(m.model for m in client.list().models) == ["spare:latest", "tiny-house:latest"]
+            lane_names = [f"tiny-house:{lane}" for lane in ("voice", "chat", "summaries", "indexing")]  # the served model's (issue 27)
+            assert sorted(m.model for m in client.list().models) == sorted(["spare:latest", "tiny-house:latest",
+                                                                            *lane_names])
             assert client.show("spare").capabilities == ["completion", "tools"]
     finally:
         runner.close()
