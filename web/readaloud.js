@@ -6,8 +6,9 @@ import { post } from "./api.js";
 import { plainText } from "./markdown.js";
 import { player } from "./player.js";
 
-// A glyph, not an inline SVG: the messages hold no SVG (tests/web/test_chat_ui.py checks replies stay inert).
-const SPEAKER = '<span aria-hidden="true">🔈</span>';
+// The icon is drawn by style.css (a mask), not an inline SVG: the messages hold no SVG
+// (tests/web/test_chat_ui.py checks replies stay inert), and no emoji font is needed.
+const SPEAKER = '<span class="speaker-icon" aria-hidden="true"></span>';
 const PCM_RATE = 24000; // OpenAI's raw `pcm` (the server also says it in X-HomeAI-Sample-Rate)
 
 let reading = null; // {button, controller, streamed}
