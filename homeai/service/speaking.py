@@ -37,6 +37,7 @@ LOADING = "text to speech is still loading; retry shortly"
 NOT_LOADED = "text to speech is not loaded"
 MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's bounds for /v1/audio/speech
 PRIORITIES = {"voice": 0, "chat": 1}  # every other lane is background: 2
+FIRST_CLAUSE = 24  # an answer's first clause this long is spoken before its sentence ends (`Sentences`)
 
 
 def priority(lane: str) -> int:
@@ -92,26 +93,30 @@ class Speaking:
     def sample_rate(self, voice: str | None = None) -> int:
         return self.model().sample_rate(voice)
 
-    async def speak(self, text: str, *, lane: str, voice: str | None = None,
-                    speed: float = 1.0) -> AsyncIterator[bytes]:
-        """The whole text, sentence by sentence, PCM16 frames as they come."""
+    async def speak(self, text: str, *, lane: str, voice: str | None = None, speed: float = 1.0,
+                    first: bool = True) -> AsyncIterator[bytes]:
+        """The whole text, sentence by sentence, PCM16 frames as they come. `first=False`: the text
+        goes on an answer already being spoken (a Wyoming stream's later sentence): background is
+        not held for it."""
         cutter = Sentences()
         sentences = cutter.feed(text) + cutter.flush()
-        async with contextlib.aclosing(self._sentences_spoken(_listed(sentences), lane, voice, speed)) as frames:
+        spoken = self._sentences_spoken(_listed(sentences), lane, voice, speed, hold=first)
+        async with contextlib.aclosing(spoken) as frames:
             async for pcm in frames:
                 yield pcm
 
     async def speak_stream(self, pieces: AsyncIterator[str], *, lane: str, voice: str | None = None,
                            speed: float = 1.0) -> AsyncIterator[bytes]:
-        """Text arriving (an answer's pieces): each sentence synthesised once it is whole."""
+        """Text arriving (an answer's pieces): each sentence synthesised once it is whole (the first
+        clause once it is, `FIRST_CLAUSE`, so the first audio does not wait for a long sentence)."""
         async with contextlib.aclosing(self._sentences_spoken(_cut(pieces), lane, voice, speed)) as frames:
             async for pcm in frames:
                 yield pcm
 
     async def _sentences_spoken(self, sentences: AsyncIterator[str], lane: str, voice: str | None,
-                                speed: float) -> AsyncIterator[bytes]:
+                                speed: float, hold: bool = True) -> AsyncIterator[bytes]:
         tts = self.model()
-        first = True
+        first = hold
         async for sentence in sentences:
             held = self._background_held() if first and lane == "voice" else contextlib.nullcontext()
             first = False
@@ -135,7 +140,7 @@ async def _listed(sentences: list[str]) -> AsyncIterator[str]:
 
 
 async def _cut(pieces: AsyncIterator[str]) -> AsyncIterator[str]:
-    cutter = Sentences()
+    cutter = Sentences(first_clause=FIRST_CLAUSE)
     async for piece in pieces:
         for sentence in cutter.feed(piece):
             yield sentence

@@ -20,6 +20,11 @@ and nowhere else: not in "3.5", not after "e.g.", "Dr.", "U.S.", a single initia
 "1.", nor before a word in lower case ("approx. five"). A "." followed by a space is decided
 when the next word's first letter arrives. A sentence longer than `SOFT_MAX` characters is cut
 at its next comma, semicolon or colon, one over `HARD_MAX` at its last space.
+
+`Sentences(first_clause=N)` speaks sooner: until a first piece has been cut, a clause of at least N
+characters ending at a comma, semicolon or colon followed by a space is one ("In Tokyo, it is
+9:15," then "which is 10:30 in Berlin."), so a spoken answer's first audio waits for its first
+clause, not its whole first sentence. Later sentences are cut whole, as the listener hears them.
 """
 
 from __future__ import annotations
@@ -124,7 +129,8 @@ def _ends_sentence(text: str, match: re.Match, *, line_start: bool, final: bool)
 class Sentences:
     """Incremental: text as tokens arrive in, whole speakable sentences out."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_clause: int | None = None) -> None:
+        self._first_clause = first_clause  # a first clause this long is cut early (None: never)
         self._pending = ""  # the current line's text not yet cut off
         self._line_start = True  # whether `_pending` begins its line
         self._in_code = False  # inside a fenced code block (not spoken)
@@ -138,15 +144,25 @@ class Sentences:
             out += self._whole_line(line)
         if not self._in_code and not (self._line_start and _may_open_fence(self._pending)):
             pieces, self._pending = _cut(self._pending, line_start=self._line_start, final=False)
+            if not pieces and not out and self._first_clause and (cut := self._clause_end()) is not None:
+                pieces, self._pending = [self._pending[:cut]], self._pending[cut:]
             self._line_start = self._line_start and not pieces
             out += _speakable_pieces(pieces)
+        if out:
+            self._first_clause = None  # the first piece is out: the rest go whole
         return out
+
+    def _clause_end(self) -> int | None:
+        """Where the pending text's first clause ends, if it is long enough to be spoken alone."""
+        match = LONG_CUT.search(self._pending, self._first_clause)
+        return match.end() if match and _audible(_clean_line(self._pending[:match.end()])) else None
 
     def flush(self) -> list[str]:
         """What is left at the end of the text."""
         line, self._pending = self._pending, ""
         out = self._whole_line(line)
         self._in_code = False
+        self._first_clause = None
         return out
 
     def _whole_line(self, line: str) -> list[str]:
@@ -158,7 +174,10 @@ class Sentences:
         if self._in_code:
             return []
         pieces, _ = _cut(line, line_start=line_start, final=True)
-        return _speakable_pieces(pieces)
+        out = _speakable_pieces(pieces)
+        if out:
+            self._first_clause = None
+        return out
 
 
 def _may_open_fence(text: str) -> bool:

@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass, field
 
 from homeai.service.errors import ServiceError
-from homeai.service.speaking import Speaking
+from homeai.service.speaking import FIRST_CLAUSE, Speaking
 from homeai.speech.sentences import Sentences
 from homeai.wyoming.framing import Event, EventRefused
 
@@ -46,7 +46,8 @@ class Stream:
     """A streaming synthesis between synthesize-start and synthesize-stop."""
 
     voice: str
-    sentences: Sentences = field(default_factory=Sentences)
+    sentences: Sentences = field(default_factory=lambda: Sentences(first_clause=FIRST_CLAUSE))
+    queued: int = 0  # sentences queued: the first holds background while it is synthesised
     chars: int = 0
     refused: bool = False  # its text went over the cap: the rest is dropped
 
@@ -59,7 +60,7 @@ class Synthesis:
         self.max_chars = runtime.cfg.tts.max_chars
         self.send, self.lost = send, lost
         self.stream: Stream | None = None
-        self.queue: asyncio.Queue = asyncio.Queue()  # (text, voice, whole) to speak, or _STOPPED
+        self.queue: asyncio.Queue = asyncio.Queue()  # (text, voice, whole, first) to speak, or _STOPPED
         self.pending = 0  # queued or being spoken
         self.task: asyncio.Task | None = None
         self.handlers = {"synthesize": self.synthesize, "synthesize-start": self.start,
@@ -83,7 +84,7 @@ class Synthesis:
             return  # the stream's whole text again, for servers that do not stream: spoken already
         text = _text(event)
         voice = self._check(text, _voice(event))
-        self._queue((text, voice, True))
+        self._queue((text, voice, True, True))
 
     async def start(self, event: Event) -> None:
         if self.stream is not None:
@@ -103,14 +104,14 @@ class Synthesis:
                                "(tts.max_chars) once the stream's chunks are joined; the rest of the stream "
                                "is not spoken")
         for sentence in stream.sentences.feed(text):
-            self._queue((sentence, stream.voice, False))
+            self._queue_sentence(stream, sentence)
 
     async def stop(self, _event: Event) -> None:
         stream = self._streaming("synthesize-stop")
         self.stream = None
         if not stream.refused:
             for sentence in stream.sentences.flush():
-                self._queue((sentence, stream.voice, False))
+                self._queue_sentence(stream, sentence)
         self._queue(_STOPPED)
 
     # ---- checks -------------------------------------------------------------------------------
@@ -136,6 +137,10 @@ class Synthesis:
 
     # ---- speaking -----------------------------------------------------------------------------
 
+    def _queue_sentence(self, stream: Stream, sentence: str) -> None:
+        self._queue((sentence, stream.voice, False, stream.queued == 0))
+        stream.queued += 1
+
     def _queue(self, item) -> None:
         self.pending += 1
         self.queue.put_nowait(item)
@@ -159,13 +164,13 @@ class Synthesis:
             log.exception("wyoming: synthesis failed")
             self.lost()
 
-    async def _speak(self, text: str, voice: str, whole: bool) -> None:
+    async def _speak(self, text: str, voice: str, whole: bool, first: bool) -> None:
         """One audio stream: audio-start, the chunks as they are synthesised, audio-stop. A whole
         text's stream is sent even when nothing in it could be spoken (the client waits for it)."""
         started = False
         try:
             audio = {"rate": self.speaking.sample_rate(voice), "width": 2, "channels": 1}
-            async for pcm in self.speaking.speak(text, lane=VOICE_LANE, voice=voice):
+            async for pcm in self.speaking.speak(text, lane=VOICE_LANE, voice=voice, first=first):
                 if not started:
                     await self.send(Event("audio-start", audio))
                     started = True

@@ -119,6 +119,9 @@ async def test_background_is_held_only_for_a_voice_answers_first_sentence(tts):
     assert rt.engine.num_held == 0
     rt = runtime(tts, pause_background=False)
     assert [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice")] == [0, 0, 0]
+    rt = runtime(tts)  # a later sentence of an answer already being spoken (Wyoming's streams)
+    assert [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice", first=False)] == [0, 0, 0]
+    assert rt.engine.num_held == 0
 
 
 async def test_leaving_stops_the_synthesis_and_the_hold(tts, monkeypatch):

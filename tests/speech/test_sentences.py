@@ -177,3 +177,22 @@ def test_a_token_stream_like_a_models():
         seen += cutter.feed(token)
     seen += cutter.flush()
     assert seen == ["Sure!", "Here are the steps:", "Open the app.", "Tap Settings.", "That's it."]
+
+
+def test_a_first_clause_is_spoken_before_its_sentence_ends():
+    cutter = Sentences(first_clause=24)
+    said = []
+    for piece in "In Tokyo, it is about 9:15 in the morning, which is 2:15 in Berlin. It is sunny, warm and dry.":
+        said += cutter.feed(piece)
+    said += cutter.flush()
+    assert said == ["In Tokyo, it is about 9:15 in the morning,", "which is 2:15 in Berlin.",
+                    "It is sunny, warm and dry."]
+
+
+def test_a_short_first_clause_waits_and_numbers_are_not_clauses():
+    cutter = Sentences(first_clause=24)
+    assert cutter.feed("Yes, the oven is on. ") == []  # "Yes," is too short to say alone; the sentence waits
+    assert cutter.feed("Next") == ["Yes, the oven is on."]
+    cutter = Sentences(first_clause=24)
+    assert cutter.feed("The house used 1,250 kWh in total last") == []  # "1,250": no space after the comma
+    assert Sentences().feed("In Tokyo, it is about 9:15 in the morning, which") == []  # off by default
