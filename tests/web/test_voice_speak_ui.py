@@ -84,7 +84,9 @@ def test_a_spoken_answer_plays_as_it_arrives_and_a_message_is_read_aloud(voice_b
         read = answer.get_by_role("button", name="Read aloud")
         read.click()
         expect(read).to_have_attribute("aria-pressed", "true")
-        page.wait_for_function(f"() => homeaiPlayer.stats.played > {before['played']} && homeaiPlayer.stats.playing",
+        # Playing now (a one-sentence answer is one buffer, counted as played only once it has ended,
+        # so `scheduled`, not `played`): the press below must find it playing.
+        page.wait_for_function(f"() => homeaiPlayer.stats.scheduled > {before['scheduled']} && homeaiPlayer.stats.playing",
                                timeout=ANSWER_MS)
         request = speech_requests[-1]
         body = json.loads(request.post_data)
