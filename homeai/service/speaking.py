@@ -116,16 +116,19 @@ class Speaking:
     async def _sentences_spoken(self, sentences: AsyncIterator[str], lane: str, voice: str | None,
                                 speed: float, hold: bool = True) -> AsyncIterator[bytes]:
         tts = self.model()
-        first = hold
-        async for sentence in sentences:
-            held = self._background_held() if first and lane == "voice" else contextlib.nullcontext()
-            first = False
-            # The hold ends with the first sentence: later ones are synthesised while it plays.
-            with held:
+        # A voice answer holds background from the start until its first sentence is synthesised:
+        # while that sentence is still being written too, so its tokens come at an idle engine's
+        # pace. The hold ends with the first sentence: later ones are made while it plays.
+        hold_first = contextlib.ExitStack()
+        if hold and lane == "voice":
+            hold_first.enter_context(self._background_held())
+        with hold_first:
+            async for sentence in sentences:
                 stream = _mapped(tts.stream(sentence, voice=voice, speed=speed, priority=priority(lane)))
                 async with contextlib.aclosing(stream):
                     async for pcm in stream:
                         yield pcm
+                hold_first.close()
 
     def _background_held(self):
         engine = self.runtime.engine

@@ -153,3 +153,17 @@ async def test_a_full_pool_is_503_tts_busy(tts, monkeypatch):
         await anext(Speaking(runtime(tts)).speak("Hello.", lane="chat"))
     assert (caught.value.status, caught.value.code) == (503, "tts_busy")
     assert caught.value.headers == {"Retry-After": "1"}
+
+
+async def test_a_voice_answer_holds_background_while_its_first_sentence_is_still_written(tts):
+    rt = runtime(tts)
+    holds_while_written = []
+
+    async def answer():
+        for word in "The kitchen lights are on now. All of them.".split(" "):
+            holds_while_written.append(rt.engine.holds)
+            yield word + " "
+
+    held_at_frames = [rt.engine.holds async for _ in Speaking(rt).speak_stream(answer(), lane="voice")]
+    assert holds_while_written[:6] == [1] * 6  # the first sentence's words come while background is held
+    assert held_at_frames[0] == 1 and held_at_frames[-1] == 0 and rt.engine.holds == 0 and rt.engine.num_held == 1
