@@ -4,7 +4,10 @@ A chat (16 tokens) every `chat_every_s` and a steady stream of embeddings run on
 engine for three phases of `phase_s` each: quiet, beside `num_busy` busy processes at nice 10
 (started in their own session, as another service's would be, and always killed), and quiet
 again. Reported per phase: chat TTFT and 16-token latency, embedding throughput, the cost
-model's contention factor; and after the load stops, the time until every lane has answered
+model's contention factor, the cores homeai's process used (its CPU seconds over the phase's:
+beside two busy processes in sessions of their own, the kernel's fair share gives it about a
+third of a two-core box, however many threads it runs) and llama.cpp's threads at the phase's end;
+and after the load stops, the time until every lane has answered
 again. Output: `<out>/neighbour.json` and `<out>/neighbour.md`.
 """
 
@@ -75,7 +78,7 @@ def run(engine, phase_s: float = 20.0, num_busy: int = 2, chat_every_s: float = 
     traffic = _Traffic(engine, chat_every_s)
     threads = [threading.Thread(target=traffic.chat_loop, daemon=True),
                threading.Thread(target=traffic.embed_loop, daemon=True)]
-    contention, starts = {}, {}
+    contention, starts, cores, threads_at_end = {}, {}, {}, {}
     for t in threads:
         t.start()
     loops: list[subprocess.Popen] = []
@@ -87,17 +90,22 @@ def run(engine, phase_s: float = 20.0, num_busy: int = 2, chat_every_s: float = 
             elif loops:
                 stop(loops)
                 loops = []
+            cpu0 = time.process_time()
             time.sleep(phase_s)
             contention[phase] = round(engine.scheduler.cost.contention, 2)
+            cores[phase] = round((time.process_time() - cpu0) / phase_s, 2)
+            threads_at_end[phase] = getattr(engine.runner, "num_threads", None)
     finally:
         stop(loops)
         traffic.done.set()
         for t in threads:
             t.join(60)
-    return _report(traffic, starts, phase_s, num_busy, contention)
+    return _report(traffic, starts, phase_s, num_busy, contention, cores, threads_at_end)
 
 
-def _report(traffic: _Traffic, starts: dict, phase_s: float, num_busy: int, contention: dict) -> dict:
+def _report(traffic: _Traffic, starts: dict, phase_s: float, num_busy: int, contention: dict,
+            cores: dict | None = None, threads_at_end: dict | None = None) -> dict:
+    cores, threads_at_end = cores or {}, threads_at_end or {}
     phases = {}
     for phase in PHASES:
         chats = [c for c in traffic.chats if c[0] == phase]
@@ -108,7 +116,9 @@ def _report(traffic: _Traffic, starts: dict, phase_s: float, num_busy: int, cont
             "chat_16_tokens_ms_p50": _ms(percentile([c[3] for c in chats], 50)),
             "chat_16_tokens_ms_max": _ms(max((c[3] for c in chats), default=None)),
             "embedding_tok_s": round(tokens / phase_s, 1),
-            "contention_at_end": contention.get(phase)}
+            "contention_at_end": contention.get(phase),
+            "homeai_cores": cores.get(phase),
+            "threads_at_end": threads_at_end.get(phase)}
     stopped = starts["after"]
     first_chat = min((t0 + latency for _, t0, _, latency in traffic.chats if t0 >= stopped), default=None)
     first_embed = min((t for _, t, _ in traffic.embeds if t >= stopped), default=None)
@@ -132,11 +142,13 @@ def _ratio(a, b):
 def markdown(doc: dict, machine: str) -> str:
     lines = [f"# Noisy neighbour ({doc['busy_processes']} busy processes at nice 10, {doc['phase_s']:.0f} s a phase)",
              "", machine, "",
-             "| phase | chats | chat TTFT p50 (ms) | 16-token chat p50 (ms) | max (ms) | embeddings tok/s | contention |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| phase | chats | chat TTFT p50 (ms) | 16-token chat p50 (ms) | max (ms) | embeddings tok/s | contention "
+             "| homeai's cores | threads |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for phase, m in doc["phases"].items():
         lines.append(f"| {phase} | {m['chats']} | {m['chat_ttft_ms_p50']} | {m['chat_16_tokens_ms_p50']} | "
-                     f"{m['chat_16_tokens_ms_max']} | {m['embedding_tok_s']} | {m['contention_at_end']} |")
+                     f"{m['chat_16_tokens_ms_max']} | {m['embedding_tok_s']} | {m['contention_at_end']} | "
+                     f"{m.get('homeai_cores')} | {m.get('threads_at_end')} |")
     r = doc["ratios"]
     lines += ["", f"busy / quiet: chat TTFT {r['chat_ttft_busy_over_quiet']}, 16-token chat "
               f"{r['chat_16_tokens_busy_over_quiet']} (targets <= 2), embeddings {r['embeddings_busy_over_quiet']} "

@@ -21,6 +21,7 @@ def test_the_bench_reports_every_phase(make_engine, tmp_path):
     assert set(saved["phases"]) == {"quiet", "busy", "after"}
     assert saved["phases"]["quiet"]["chats"] > 0 and saved["phases"]["quiet"]["chat_16_tokens_ms_p50"] is not None
     assert sum(m["embedding_tok_s"] for m in saved["phases"].values()) > 0
+    assert all(m["homeai_cores"] > 0 and m["threads_at_end"] >= 1 for m in saved["phases"].values())
     assert set(saved["ratios"]) == {"chat_ttft_busy_over_quiet", "chat_16_tokens_busy_over_quiet",
                                     "embeddings_busy_over_quiet"}
     assert "every lane answered again" in (tmp_path / "neighbour.md").read_text()
