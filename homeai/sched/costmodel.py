@@ -83,6 +83,7 @@ class StepCostModel:
                 for j in range(n):
                     self._ridge[i][j] += w * x[i] * x[j]
         self._coef: tuple[float, ...] | None = None
+        self._scaled: tuple[tuple[float, ...], float, tuple[float, ...]] | None = None  # `coefficients`'
 
     def observe(self, x: StepShape, elapsed_ms: float, now: float | None = None) -> None:
         """Learn from a step that took `elapsed_ms`, observed at `now` (seconds, any clock)."""
@@ -120,8 +121,13 @@ class StepCostModel:
 
     @property
     def coefficients(self) -> tuple[float, ...]:
-        """(a, b, c, d) in ms as steps cost now: the machine's fit times the contention."""
-        return tuple(c * self.contention for c in self.machine)
+        """(a, b, c, d) in ms as steps cost now: the machine's fit times the contention (asked
+        several times a step: made again only when the fit or the contention changed)."""
+        machine, contention = self.machine, self.contention
+        cached = self._scaled
+        if cached is None or cached[0] is not machine or cached[1] != contention:
+            cached = self._scaled = machine, contention, tuple(c * contention for c in machine)
+        return cached[2]
 
     @property
     def machine(self) -> tuple[float, ...]:
@@ -131,14 +137,17 @@ class StepCostModel:
         return self._coef
 
     def _fit(self) -> tuple[float, ...]:
-        """Least squares with the coefficients the data would push out of bounds held at the bound."""
+        """Least squares with the coefficients the data would push out of bounds held at the bound.
+        (Asked once a step: the sums are added up once, and each solve is the same arithmetic
+        in the same order as ever, so the fit is the same to the last bit.)"""
         n = len(self.prior)
+        a_all = [[x + r for x, r in zip(xx_row, ridge_row)] for xx_row, ridge_row in zip(self.xx, self._ridge)]
+        y_all = [x + r for x, r in zip(self.xy, self._ridge_y)]
         free = list(range(n))
         fixed: dict[int, float] = {}
         while True:
-            a = [[self.xx[i][j] + self._ridge[i][j] for j in free] for i in free]
-            y = [self.xy[i] + self._ridge_y[i] - sum((self.xx[i][k] + self._ridge[i][k]) * v
-                                                     for k, v in fixed.items()) for i in free]
+            a = [[a_all[i][j] for j in free] for i in free]
+            y = [y_all[i] - _sum_products(a_all[i], fixed) for i in free]
             sol = _solve(a, y)
             if sol is None:
                 return self.prior
@@ -177,20 +186,38 @@ def _dot(coefficients: tuple[float, ...], x: StepShape) -> float:
     return sum(c * xi for c, xi in zip(coefficients, x))
 
 
+def _sum_products(row: list[float], fixed: dict[int, float]):
+    """sum(row[k] * v for k, v in fixed.items()), added up in that order from 0 (as `sum` does)."""
+    total = 0
+    for k, v in fixed.items():
+        total = total + row[k] * v
+    return total
+
+
 def _solve(a: list[list[float]], y: list[float]) -> list[float] | None:
-    """Gaussian elimination with partial pivoting; None when singular."""
+    """Gaussian elimination with partial pivoting (the first largest pivot); None when singular."""
     n = len(y)
-    m = [row[:] + [y[i]] for i, row in enumerate(a)]
+    m = [row + [y[i]] for i, row in enumerate(a)]
     for col in range(n):
-        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
-        if abs(m[pivot][col]) < 1e-12:
+        pivot, largest = col, abs(m[col][col])
+        for r in range(col + 1, n):
+            size = abs(m[r][col])
+            if size > largest:
+                pivot, largest = r, size
+        if largest < 1e-12:
             return None
         m[col], m[pivot] = m[pivot], m[col]
+        top = m[col]
         for r in range(col + 1, n):
-            f = m[r][col] / m[col][col]
+            row = m[r]
+            f = row[col] / top[col]
             for k in range(col, n + 1):
-                m[r][k] -= f * m[col][k]
+                row[k] -= f * top[k]
     x = [0.0] * n
     for r in range(n - 1, -1, -1):
-        x[r] = (m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))) / m[r][r]
+        row = m[r]
+        total = 0
+        for k in range(r + 1, n):
+            total = total + row[k] * x[k]
+        x[r] = (row[n] - total) / row[r]
     return x

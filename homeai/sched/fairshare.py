@@ -14,7 +14,7 @@ failed. While a step is planned, `pick` also counts what the chunks placed so fa
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import AbstractSet, Callable
 
 Key = tuple[str, str]
 
@@ -27,7 +27,7 @@ class FairShare:
         self.backlogged: set[Key] = set()
         self.floor = 0.0  # the least counter of the pairs backlogged when some last were
 
-    def set_backlogged(self, keys: set[Key]) -> None:
+    def set_backlogged(self, keys: AbstractSet[Key]) -> None:
         """Tell which pairs have work now; newcomers are lifted to the least active counter."""
         newcomers = keys - self.backlogged
         if newcomers:

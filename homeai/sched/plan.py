@@ -70,10 +70,17 @@ class StepPlan:
 
     def cost_shape(self, cells: dict[Pool, int]) -> StepShape:
         """The cost model's view of the step: one decode call per pool used, each token attending
-        over its own pool's `cells`."""
-        tokens = {pool: sum(len(i.tokens) for i in items) for pool, items in self.batches.items()}
-        kcells = sum(n * cells[pool] for pool, n in tokens.items() if n) / 1000.0
-        return StepShape(sum(1 for n in tokens.values() if n), sum(tokens.values()), kcells, self.num_outputs)
+        over its own pool's `cells` (one pass over the items: it is asked several times a step)."""
+        calls = tokens = attention = outputs = 0
+        for pool, items in self.batches.items():
+            n = 0
+            for i in items:
+                n += len(i.tokens)
+                if i.sample and pool is not Pool.EMBED:
+                    outputs += 1
+            if n:
+                calls, tokens, attention = calls + 1, tokens + n, attention + n * cells[pool]
+        return StepShape(calls, tokens, attention / 1000.0, outputs)
 
     @property
     def idle(self) -> bool:

@@ -195,6 +195,8 @@ class KVPools:
         entries share the odds (a flood's many leave soon, not slowing everyone's steps for long).
         (`b_over_c`: 1000·b/c.)"""
         for pool, cache in self.cache.items():
+            if not cache.entries:
+                continue
             held = Counter(e.member for e in cache.entries.values())
             odds = {m: self.settings.reuse_odds / (1 if self.settings.shared else n) for m, n in held.items()}
             for entry in cache.stale(lambda e: odds[e.member] * (b_over_c + len(e.tokens) / 2)):

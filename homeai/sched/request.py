@@ -31,6 +31,10 @@ class Pool(enum.Enum):
     INTERACTIVE = "interactive"
     EMBED = "embed"
 
+    # A dict key dozens of times a step: hashed by identity (as members compare), not by
+    # Enum's Python-level hash of the name (nothing iterates a set of pools, so no order changes).
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True)
 class Grammar:

@@ -39,7 +39,7 @@ methods here (`_start`, `_requeue`, `_finish`).
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from homeai.sched.admission import Admission
@@ -136,6 +136,9 @@ class Scheduler:
         self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
         self.requests: dict[str, Request] = {}
+        # Requests not finished per (lane, member): fair share's backlogged pairs, kept as requests
+        # come and go rather than gathered from every request each step.
+        self._pairs: Counter[tuple[str, str]] = Counter()
         self._done: list[str] = []  # finished since the last plan: their sampler state may go
         self._steps = itertools.count()
         self._clock = 0.0  # the last time the scheduler was told (a finish without its own time)
@@ -163,6 +166,7 @@ class Scheduler:
                 raise NoRoom(request.lane, request.num_prompt_tokens + 1)
         queue.append(request)
         self.requests[request.request_id] = request
+        self._pairs[request.key] += 1
 
     def pool_for(self, lane: str, num_prompt: int, max_tokens: int) -> Pool | None:
         """The cache a request of `lane` lives in: the first of its lane's (its own first: `layout.pools_for`)
@@ -244,20 +248,13 @@ class Scheduler:
         plan = StepPlan(step_id=next(self._steps))
         if hold_background and not self.has_interactive_work():
             return self._close(plan)
-        self.fair.set_backlogged({r.key for r in self.requests.values()})
+        self.fair.set_backlogged(self._pairs.keys())
         step, decoding = self._begin(now, plan)
-        plan.budget = self._budget(step, plan.cost_shape(step.cells), len(decoding))
+        plan.budget = self._budget(step, step.decodes, len(decoding))
         for request in decoding:
             if request.status is Status.RUNNING:  # an earlier one may have preempted it (and dropped its item)
                 self._grow(request, request.num_computed_tokens + 1, plan)  # may preempt, itself included
-        left = plan.budget - len(plan.generating)
-        order = self.policy.order([r for r in [*self.running, *self.embedding] if not r.is_decoding], self.waiting)
-        usable = None if order is not None else self.admission.background_usable(step, left)
-        reserve = self.share.reserve(usable, left, step.min_chunk)
-        if order is not None:
-            self.placement.fill_in_order(step, plan, order, left)
-        else:
-            self.layout.fill(self.placement, step, plan, left, reserve)
+        usable = self._fill(step, plan)
         if usable is not None or step.deferred > 0:  # background is backlogged: owed its share, once the step ran
             interactive = {r.request_id for r in self.running if r.interactive}
             plan.background = self.share.due(plan, interactive, call_tokens=self.cost.call_tokens(),
@@ -267,6 +264,24 @@ class Scheduler:
         plan.shape = self.placement.shape(step, plan)
         self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(plan)
         return self._close(plan)
+
+    def _fill(self, step: Step, plan: StepPlan) -> int | None:
+        """Prefill chunks and embedding inputs in what the decodes left of the budget (the policy's
+        order, or the layout's). Returns how many tokens background could use (None: none of it is
+        backlogged and eligible). With nothing waiting and no input part-read there is nothing to
+        place (no candidate, no admission, no side effect), so the rules are not asked: the
+        steady state of a few sequences decoding pays nothing here."""
+        partial = [r for r in [*self.running, *self.embedding] if not r.is_decoding]
+        if not partial and not any(self.waiting.values()):
+            return None
+        left = plan.budget - len(plan.generating)
+        order = self.policy.order(partial, self.waiting)
+        if order is not None:
+            self.placement.fill_in_order(step, plan, order, left)
+            return None
+        usable = self.admission.background_usable(step, left)
+        self.layout.fill(self.placement, step, plan, left, self.share.reserve(usable, left, step.min_chunk))
+        return usable
 
     def _first_questions(self) -> list[int]:
         """Prompt tokens left to read of each interactive request whose member has no answer
@@ -282,7 +297,8 @@ class Scheduler:
 
     def _begin(self, now: float, plan: StepPlan) -> tuple[Step, list[Request]]:
         """The step's facts, built once, with its decodes placed in `plan`; and the sequences decoding."""
-        cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane in self.policies}
+        # Only lanes with requests waiting: one queued later in the step was preempted (always eligible).
+        cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane, queue in self.waiting.items() if queue}
         moment = Moment(now, self.cost, cutoffs, Admissions())
         self.admission.rebalance(moment, self._preempt)
         decoding = sorted((r for r in self.running if r.is_decoding), key=lambda r: not r.interactive)
@@ -308,9 +324,11 @@ class Scheduler:
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
         lone = not self.pools.running or not any(r.is_decoding for r in self.running)
-        aim = self._aim(pace, lone, held, plan.cost_shape(cells), cells)
+        decodes = plan.cost_shape(cells)
+        aim = self._aim(pace, lone, held, decodes, cells)
         step = Step(**vars(moment), overdue=overdue, began_idle=began_idle, prompt=prompt, cells=cells,
-                    num_decoding=num_decoding, deferred=deferred, pace=pace, aim=aim, lone=lone, held=held,
+                    num_decoding=num_decoding, decodes=decodes, deferred=deferred, pace=pace, aim=aim, lone=lone,
+                    held=held,
                     first_token_waits=prompt and not self.share.waited_for_first,
                     min_chunk=self.pacing.min_chunk_for(pace))
         return step, decoding
@@ -371,7 +389,10 @@ class Scheduler:
         request.status, request.finish_reason = Status.FINISHED, reason
         request.finish_time = now if now is not None else self._clock
         self._done.append(request.request_id)
-        self.requests.pop(request.request_id, None)
+        if self.requests.pop(request.request_id, None) is not None:
+            self._pairs[request.key] -= 1
+            if not self._pairs[request.key]:
+                del self._pairs[request.key]
 
     # ---- KV growth, and who gives way -------------------------------------------------
 

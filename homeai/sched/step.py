@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from homeai.sched.costmodel import StepCostModel
+from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.pacing import Readers
 from homeai.sched.pools import Pool
 
@@ -35,12 +35,12 @@ class Moment:
 
     now: float
     cost: StepCostModel  # the step-cost model, as it stands
-    cutoffs: dict[str, float]  # per lane, requests that arrived by this time are eligible
+    cutoffs: dict[str, float]  # per lane with requests waiting, those that arrived by this time are eligible
     admissions: Admissions
 
     def eligible(self, request) -> bool:
         """Waiting long enough to be admitted this step (a preempted request always is)."""
-        return request.arrival_time <= self.cutoffs[request.lane] or bool(request.num_preemptions)
+        return bool(request.num_preemptions) or request.arrival_time <= self.cutoffs[request.lane]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class Step(Moment):
     prompt: bool  # an interactive prompt is part-read, or an eligible one would be admitted now
     cells: dict[Pool, int]  # per generating pool, cells attended over (cached too)
     num_decoding: dict[Pool, int]  # per generating pool, sequences decoding
+    decodes: StepShape  # the step's decodes as the cost model costs them
     deferred: int  # background decodes waiting for an interactive prompt
     pace: float | None  # the readers' inter-token pace (ms); None with no reader decoding
     aim: float  # the step's time target (ms)

@@ -1,0 +1,98 @@
+"""The scheduler's fixed cost per step: schedule() + update() with a few sequences decoding, nothing waiting.
+
+    PYTHONPATH=. .venv/bin/python scripts/sched_step_cost.py [--seqs 1,4,16] [--lanes summaries,chat]
+                                                          [--steps 2000] [--reps 5] [--profile LANE:N]
+                                                          [--planning]
+
+No model: the runner is a fake that samples token 7 for every row. Each case admits N requests
+of one lane (a background lane, as `homeai bench engine` uses, or an interactive one), reads
+their prompts, then times `steps` steps of steady decoding: every step one token a sequence,
+as the engine's steady state at N sequences. The limits are the engine's defaults with the
+pinned caches of `scripts/before_after.sh` (two caches: 8192 cells, 4096 for the interactive
+lanes; 32 sequence ids; n_batch 512; the prompt cache on). Prints the median over `reps` of
+the mean milliseconds per step (wall clock, perf_counter), and with `--planning` the medians
+of `homeai.bench.engine_bench.planning_cost()` (256 waiting, 64 running). `--profile chat:1`
+prints a cProfile of that case instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import time
+
+from homeai.sched.request import Request, Sample, SamplingParams
+from homeai.sched.scheduler import Scheduler, SchedulerLimits, StepResult
+from lanes import DEFAULT_POLICIES
+
+LIMITS = SchedulerLimits(num_cells=8192, num_seqs=32, max_step_tokens=512, embed_max_tokens=2048,
+                         embed_max_seqs=64, interactive_cells=4096, prompt_cache=True)
+
+
+def _fake(plan) -> StepResult:
+    return StepResult(samples={i.request_id: Sample(7) for i in plan.generating if i.sample}, elapsed_ms=1.0)
+
+
+def steady(lane: str, num_running: int) -> tuple[Scheduler, float]:
+    """A scheduler with `num_running` sequences of `lane` decoding, and its clock."""
+    sched = Scheduler(dict(DEFAULT_POLICIES), LIMITS)
+    for i in range(num_running):
+        prompt = [(i * 131 + k) % 1000 + 10 for k in range(40)]
+        sched.add_request(Request(f"r{i}", lane, f"m{i % 3}", prompt, 0.0,
+                                  params=SamplingParams(temperature=0, max_tokens=1_000_000, ignore_eos=True)))
+    now = 1.0
+    for _ in range(50):  # past every window, all prompts read, every sequence decoding
+        plan = sched.schedule(now)
+        sched.update(plan, _fake(plan), now)
+        now += 0.001
+    assert len(sched.running) == num_running and all(r.is_decoding for r in sched.running), "not steady"
+    return sched, now
+
+
+def run_steps(sched: Scheduler, now: float, steps: int) -> float:
+    for _ in range(steps):
+        plan = sched.schedule(now)
+        sched.update(plan, _fake(plan), now)
+        now += 0.001
+    return now
+
+
+def ms_per_step(lane: str, num_running: int, steps: int) -> float:
+    sched, now = steady(lane, num_running)
+    start = time.perf_counter()
+    run_steps(sched, now, steps)
+    return (time.perf_counter() - start) / steps * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seqs", default="1,4,16")
+    ap.add_argument("--lanes", default="summaries,chat")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--profile", help="LANE:N: print a cProfile of that case")
+    ap.add_argument("--planning", action="store_true", help="also planning_cost() (256 waiting, 64 running)")
+    args = ap.parse_args()
+    if args.profile:
+        lane, n = args.profile.split(":")
+        sched, now = steady(lane, int(n))
+        prof = cProfile.Profile()
+        prof.runcall(run_steps, sched, now, args.steps)
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        return
+    for lane in args.lanes.split(","):
+        for n in map(int, args.seqs.split(",")):
+            runs = [ms_per_step(lane, n, args.steps) for _ in range(args.reps)]
+            print(f"{lane:10s} {n:3d} running: {statistics.median(runs):.4f} ms/step "
+                  f"(runs {', '.join(f'{r:.4f}' for r in runs)})")
+    if args.planning:
+        from homeai.bench.engine_bench import planning_cost
+        runs = [planning_cost()["ms_per_step"] for _ in range(args.reps)]
+        print(f"planning 256 waiting, 64 running: {statistics.median(runs):.3f} ms/step "
+              f"(runs {', '.join(f'{r:.3f}' for r in runs)})")
+
+
+if __name__ == "__main__":
+    main()
