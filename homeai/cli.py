@@ -343,8 +343,9 @@ def run_neighbour(cfg: config_mod.Config, args) -> int:
     finally:
         engine.stop()
         runner.close()
-    machine = (f"{runner.info.description}, {cfg.model.n_threads or threads.default_threads()} threads of "
-               f"{os.cpu_count()} cores, OpenMP: {threads.wait_policy()}")
+    count = (f"{cfg.model.n_threads} threads" if cfg.model.n_threads
+             else "threads following the box (model.n_threads 0, the core watch)")
+    machine = f"{runner.info.description}, {count}, {os.cpu_count()} cores, OpenMP: {threads.wait_policy()}"
     neighbour.write(doc, machine, Path(args.out))
     print(neighbour.markdown(doc, machine))
     return 0
