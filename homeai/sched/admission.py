@@ -21,6 +21,7 @@ from homeai.sched.members import MemberShare
 from homeai.sched.pacing import Pacing
 from homeai.sched.policy import Policy
 from homeai.sched.pools import KVPools, Pool
+from homeai.sched.queues import WaitingQueues
 from homeai.sched.request import Kind, Request
 from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Admissions, Moment, Step
@@ -30,11 +31,12 @@ Start = Callable[[Request, float], None]  # the scheduler's: a waiting request s
 
 
 class Admission:
-    def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
+    def __init__(self, policies: dict[str, LanePolicy], queues: WaitingQueues, pools: KVPools,
                  pacing: Pacing, share: BackgroundShare, policy: Policy, embed_chunked: bool, member_share: float,
                  start: Start, layout: CacheLayout):
-        self.policies, self.waiting, self.pools, self.start, self.layout = policies, waiting, pools, start, layout
-        self.members = MemberShare(policies, waiting, pools, member_share)
+        self.policies, self.queues, self.pools, self.start, self.layout = policies, queues, pools, start, layout
+        self.waiting = queues.lanes
+        self.members = MemberShare(policies, queues, pools, member_share)
         self.pacing, self.share, self.policy, self.embed_chunked = pacing, share, policy, embed_chunked
         self._targets = {name: p.itl_target_ms for name, p in policies.items()}
 
@@ -134,7 +136,8 @@ class Admission:
         for lane, queue in self.waiting.items():
             if not queue or not self.policies[lane].interactive:
                 continue
-            head = next((r for r in queue if self.members.may_admit(r)), None)
+            head = self.queues.first(pair[0] for pair in self.queues.pairs[lane].values()
+                                     if self.members.may_admit(pair[0]))  # the lane's first such
             if head is None or not moment.eligible(head):
                 continue
             if not self.layout.prompt_fits(head, lambda r: self._prompt_room(r, decoding)):

@@ -26,6 +26,7 @@ class FairShare:
         self.counters: dict[Key, float] = {}
         self.backlogged: set[Key] = set()
         self.floor = 0.0  # the least counter of the pairs backlogged when some last were
+        self._output_cost: dict[float, float] = {}  # per weight, what an output token costs
 
     def set_backlogged(self, keys: AbstractSet[Key]) -> None:
         """Tell which pairs have work now; newcomers are lifted to the least active counter."""
@@ -52,6 +53,14 @@ class FairShare:
 
     def charge(self, key: Key, *, weight: float, num_in: int = 0, num_out: int = 0) -> None:
         self.counters[key] = self.counters.get(key, 0.0) + self.cost(weight=weight, num_in=num_in, num_out=num_out)
+
+    def charge_output(self, key: Key, weight: float) -> None:
+        """`charge(key, weight=weight, num_out=1)`, with the cost of an output token per weight kept
+        (charged for every sequence every step)."""
+        cost = self._output_cost.get(weight)
+        if cost is None:
+            cost = self._output_cost[weight] = self.cost(weight=weight, num_out=1)
+        self.counters[key] = self.counters.get(key, 0.0) + cost
 
     def counter(self, key: Key) -> float:
         return self.counters.get(key, 0.0)

@@ -26,14 +26,14 @@ from collections import Counter, deque
 from typing import Callable
 
 from homeai.sched.pools import KVPools, Spare
+from homeai.sched.queues import WaitingQueues
 from homeai.sched.request import Request
 from lanes.base import LanePolicy
 
 
 class MemberShare:
-    def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
-                 share: float):
-        self.policies, self.waiting, self.pools, self.share = policies, waiting, pools, share
+    def __init__(self, policies: dict[str, LanePolicy], queues: WaitingQueues, pools: KVPools, share: float):
+        self.policies, self.queues, self.waiting, self.pools, self.share = policies, queues, queues.lanes, pools, share
         self.lanes = sorted((name for name, p in policies.items() if p.interactive), key=lambda n: policies[n].priority)
         self.entitled: set[str] = set()  # this step's members waiting below their cap
         self.capped = 0  # this step's cap
@@ -66,9 +66,8 @@ class MemberShare:
         self.entitled, self.capped = set(), 0
         firsts: dict[str, Request] = {}
         for lane in self.lanes:  # best priority first: a member's voice question before its chats
-            for r in self.waiting[lane]:
-                if eligible(r):
-                    firsts.setdefault(r.member, r)
+            for r in self._eligible_firsts(lane, eligible):
+                firsts.setdefault(r.member, r)
         if not firsts:
             return
         held = self.held()
@@ -84,6 +83,14 @@ class MemberShare:
                     break
                 preempt(victim)
                 held[victim.member] -= 1
+
+    def _eligible_firsts(self, lane: str, eligible: Callable[[Request], bool]) -> list[Request]:
+        """Each member's first eligible request waiting in `lane`, in the lane's order: in a lane in
+        arrival order, a pair's first or none (`queues.py`), else found by a scan."""
+        if not self.queues.in_arrival_order(lane):
+            return [r for r in self.waiting[lane] if eligible(r)]
+        firsts = [pair[0] for pair in self.queues.pairs[lane].values() if eligible(pair[0])]
+        return sorted(firsts, key=self.queues.place)
 
     def may_admit(self, request: Request) -> bool:
         """A member at its cap waits while another member's entitled request waits."""
@@ -107,7 +114,7 @@ class MemberShare:
             if default is None or not default.interactive:
                 return True  # background gives way first (in the main cache)
             held = self.held()
-            others = {r.member for lane in self.lanes for r in self.waiting[lane]}
+            others = {member for lane in self.lanes for member in self.queues.pairs[lane]}
             victim = self._victim(held, self.cap(sum(held.values()))) if len(set(held) | others) > 1 else None
             if victim is None:
                 return True

@@ -104,12 +104,13 @@ class Pacing:
         return min(aim, self.tuning.held_step * cost.predict_ms(decodes))
 
     def first_read_aim(self, aim: float, pace: float | None, cost: StepCostModel, decodes: StepShape,
-                       cells: int, remaining: list[int]) -> float:
-        """A step's aim while members' first questions are read (`remaining` tokens each): what
-        finishes the shortest, within `first_read` times the pace, if it is short; never below `aim`."""
-        if pace is None or not remaining:
+                       cells: int, shortest: int | None) -> float:
+        """A step's aim while members' first questions are read (`shortest`: the fewest tokens left
+        of one; None: none is): what finishes the shortest, within `first_read` times the pace, if
+        it is short; never below `aim`."""
+        if pace is None or shortest is None:
             return aim
-        n, longest = min(remaining), self.tuning.first_read * pace
+        n, longest = shortest, self.tuning.first_read * pace
         if n > self.tuning.first_read_steps * cost.tokens_within(longest, decodes, cells, new_decode=False):
             return aim
         need = cost.predict_ms(decodes.plus(StepShape(0, n, n * cells / 1000.0, 1)))

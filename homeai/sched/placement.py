@@ -17,6 +17,7 @@ from homeai.sched.costmodel import StepShape
 from homeai.sched.fairshare import FairShare
 from homeai.sched.plan import ScheduledItem, StepPlan
 from homeai.sched.pools import GENERATE, KVPools, Pool
+from homeai.sched.queues import WaitingQueues
 from homeai.sched.request import Kind, Request, Status
 from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Step
@@ -29,10 +30,10 @@ Preempt = Callable[[Request, StepPlan], None]
 
 
 class Placement:
-    def __init__(self, policies: dict[str, LanePolicy], waiting: dict[str, deque[Request]], pools: KVPools,
+    def __init__(self, policies: dict[str, LanePolicy], queues: WaitingQueues, pools: KVPools,
                  fair: FairShare, admission: Admission, share: BackgroundShare, grow: Grow, preempt: Preempt,
                  embed_chunked: bool, first_step: float):
-        self.policies, self.waiting, self.pools, self.fair = policies, waiting, pools, fair
+        self.policies, self.queues, self.waiting, self.pools, self.fair = policies, queues, queues.lanes, pools, fair
         self.admission, self.share, self.grow, self.preempt = admission, share, grow, preempt
         self.embed_chunked, self.first_step = embed_chunked, first_step
 
@@ -71,7 +72,7 @@ class Placement:
                 keys = [k for k in keys if self.policies[k[0]].priority == best]
             key = self.fair.pick(keys, self.admission.members.num_held if interactive else None, step.planned)
             request = candidates[key].popleft()
-            if not candidates[key]:
+            if not _goes_on(candidates[key], step):
                 del candidates[key]
             if request.request_id in planned:
                 continue
@@ -96,7 +97,11 @@ class Placement:
         return used
 
     def _candidates(self, step: Step, interactive: bool) -> dict[tuple[str, str], deque[Request]]:
-        """Each backlogged pair's requests in order: partial prefills, then eligible waiting."""
+        """Each backlogged pair's requests in order: partial prefills, then eligible waiting (a
+        lane's, up to its first that is not: its queue is in arrival order, and so is eligibility).
+        A lane in arrival order gives each pair whose first request is eligible its whole queue,
+        copied at once; the fill stops at the pair's first ineligible one (`_goes_on`), which is
+        the same: a waiting request is looked at when its turn comes, not each one every step."""
         out: dict[tuple[str, str], deque[Request]] = {}
         for request in [*self.pools.running, *self.pools.embedding]:
             if request.interactive == interactive and not request.is_decoding:
@@ -104,9 +109,14 @@ class Placement:
         for lane, queue in self.waiting.items():
             if self.policies[lane].interactive != interactive or not queue:
                 continue
+            if self.queues.in_arrival_order(lane):
+                for member, pair in self.queues.pairs[lane].items():
+                    if step.eligible(pair[0]):
+                        out.setdefault((lane, member), deque()).extend(pair)
+                continue
             for request in queue:
                 if not step.eligible(request):
-                    break  # a lane's queue is in arrival order, and so is eligibility
+                    break
                 out.setdefault(request.key, deque()).append(request)
         return out
 
@@ -152,6 +162,11 @@ class Placement:
         if fresh > 0:
             cost = self.fair.cost(weight=self.policies[request.lane].weight, num_in=fresh)
             step.planned[request.key] = step.planned.get(request.key, 0.0) + cost
+
+
+def _goes_on(candidates: deque[Request], step: Step) -> bool:
+    """A pair has a candidate left: its next is in flight or an eligible waiting request."""
+    return bool(candidates) and (candidates[0].status is not Status.WAITING or step.eligible(candidates[0]))
 
 
 def item(request: Request, n: int) -> ScheduledItem:

@@ -7,14 +7,17 @@ sequence ids are the pool's own. Scheduler tests feed hand-made results and need
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from homeai.sched.costmodel import StepShape
 from homeai.sched.pools import GENERATE, Copy, Drop, Pool
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 
 
-@dataclass(frozen=True)
-class ScheduledItem:
+class ScheduledItem(NamedTuple):
+    """One request's tokens in a step (made for every sequence every step: a named tuple is
+    immutable, as a frozen dataclass, and made several times faster)."""
+
     request_id: str
     kind: Kind
     seq_id: int  # the sequence id within its pool's cache
@@ -96,8 +99,9 @@ class StepResult:
     no_kv_slot: bool = False  # llama_decode found no KV slot: nothing of this step was kept
 
 
-@dataclass(frozen=True)
-class Output:
+class Output(NamedTuple):
+    """What a step did for one request (a named tuple: one a sequence a step, see `ScheduledItem`)."""
+
     request: Request
     sample: Sample | None  # the new token, if one was sampled
     finished: bool

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 class Status(enum.Enum):
@@ -75,9 +76,9 @@ class SamplingParams:
     grammar: Grammar | None = None  # hold the output to a grammar (tool calls, structured output)
 
 
-@dataclass(frozen=True)
-class Sample:
-    """What the runner hands back for one sampled position."""
+class Sample(NamedTuple):
+    """What the runner hands back for one sampled position (a named tuple: immutable, and made
+    for every sequence every step several times faster than a frozen dataclass)."""
 
     token: int
     is_eog: bool = False

@@ -51,6 +51,7 @@ from homeai.sched.placement import Placement, item
 from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult
 from homeai.sched.policy import HOMEAI, Policy
 from homeai.sched.pools import GENERATE, KVPools, Pool, PromptCache
+from homeai.sched.queues import WaitingQueues
 from homeai.sched.request import Kind, Request, Status
 from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Admissions, Moment, Step
@@ -130,10 +131,11 @@ class Scheduler:
                                      min_chunk=limits.min_chunk, max_step_tokens=limits.max_step_tokens,
                                      num_seqs=limits.num_seqs, num_cells=limits.num_cells,
                                      max_credit=max(limits.embed_max_tokens, limits.max_step_tokens))
-        self.waiting: dict[str, deque[Request]] = {name: deque() for name in policies}
-        self.admission = Admission(policies, self.waiting, self.pools, self.pacing, self.share, policy,
+        self.queues = WaitingQueues(policies)  # changed only through the lifecycle methods below
+        self.waiting: dict[str, deque[Request]] = self.queues.lanes
+        self.admission = Admission(policies, self.queues, self.pools, self.pacing, self.share, policy,
                                    limits.embed_chunked, limits.member_seq_share, self._start, self.layout)
-        self.placement = Placement(policies, self.waiting, self.pools, self.fair, self.admission, self.share,
+        self.placement = Placement(policies, self.queues, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
         self.requests: dict[str, Request] = {}
         # Requests not finished per (lane, member): fair share's backlogged pairs, kept as requests
@@ -164,7 +166,7 @@ class Scheduler:
             request.pool = self.pool_for(request.lane, request.num_prompt_tokens, request.max_tokens)
             if request.pool is None:
                 raise NoRoom(request.lane, request.num_prompt_tokens + 1)
-        queue.append(request)
+        self.queues.append(request)
         self.requests[request.request_id] = request
         self._pairs[request.key] += 1
 
@@ -203,7 +205,7 @@ class Scheduler:
         if request is None:
             return None
         if request.status is Status.WAITING:
-            self.waiting[request.lane].remove(request)
+            self.queues.remove(request)
         self._finish(request, reason, now)
         return request
 
@@ -283,13 +285,18 @@ class Scheduler:
         self.layout.fill(self.placement, step, plan, left, self.share.reserve(usable, left, step.min_chunk))
         return usable
 
-    def _first_questions(self) -> list[int]:
-        """Prompt tokens left to read of each interactive request whose member has no answer
-        decoding: a member's question, read first beside another member's readers."""
+    def _first_question(self) -> int | None:
+        """The fewest prompt tokens left to read of an interactive request whose member has no
+        answer decoding (a member's question, read first beside another member's readers); None:
+        there is none. The waiting ones' are kept per pair (`WaitingQueues.shortest_fresh`)."""
         decoding = {r.member for r in self.running if r.interactive and r.output_tokens}
-        waiting = (r for lane, q in self.waiting.items() if self.policies[lane].interactive for r in q)
-        return [r.num_remaining for r in [*self.running, *waiting]
-                if r.interactive and not r.output_tokens and r.member not in decoding]
+        left = [r.num_remaining for r in self.running if r.interactive and not r.output_tokens
+                and r.member not in decoding]
+        for lane, pairs in self.queues.pairs.items():
+            if self.policies[lane].interactive:
+                left += [n for member in pairs if member not in decoding
+                         and (n := self.queues.shortest_fresh(lane, member)) is not None]
+        return min(left, default=None)
 
     def _close(self, plan: StepPlan) -> StepPlan:
         plan.cache_ops, plan.done, self._done = self.pools.take_ops(), self._done, []
@@ -328,8 +335,7 @@ class Scheduler:
         aim = self._aim(pace, lone, held, decodes, cells)
         step = Step(**vars(moment), overdue=overdue, began_idle=began_idle, prompt=prompt, cells=cells,
                     num_decoding=num_decoding, decodes=decodes, deferred=deferred, pace=pace, aim=aim, lone=lone,
-                    held=held,
-                    first_token_waits=prompt and not self.share.waited_for_first,
+                    held=held, first_token_waits=prompt and not self.share.waited_for_first,
                     min_chunk=self.pacing.min_chunk_for(pace))
         return step, decoding
 
@@ -339,8 +345,10 @@ class Scheduler:
         aim = self.pacing.aim(pace, lone)
         if held:
             return self.pacing.held_aim(aim, self.cost, decodes)
+        if pace is None:
+            return aim  # first questions are read faster only beside readers
         return self.pacing.first_read_aim(aim, pace, self.cost, decodes, cells[self.pools.of_class(True)],
-                                          self._first_questions())
+                                          self._first_question())
 
     def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> int:
         """Tokens this step may carry; prefill goes first to interactive lanes, so it is costed in
@@ -359,7 +367,7 @@ class Scheduler:
 
     def _start(self, request: Request, now: float) -> None:
         """A waiting request admitted (`Admission`): its sequence, from any prefix it reuses."""
-        self.waiting[request.lane].remove(request)
+        self.queues.remove(request)
         self.pools.admit(request)
         request.status = Status.RUNNING
         request.admitted_time = request.admitted_time or now
@@ -380,7 +388,7 @@ class Scheduler:
             batch[:] = [i for i in batch if i.request_id != request.request_id]
         request.status = Status.WAITING
         request.num_preemptions += 1
-        self.waiting[request.lane].appendleft(request)
+        self.queues.appendleft(request)
 
     def _finish(self, request: Request, reason: str, now: float | None) -> None:
         self.pools.release(request)
@@ -444,7 +452,8 @@ class Scheduler:
         request = self.requests.get(item.request_id)
         if request is None or request.status is not Status.RUNNING or request.seq_id != item.seq_id:
             return None  # aborted or preempted while the step ran
-        self._charge_prompt(request, item)
+        if request.num_charged_prompt < request.num_prompt_tokens:  # else nothing to charge (a decode's case)
+            self._charge_prompt(request, item)
         request.num_computed_tokens = item.start + len(item.tokens)
         if not item.sample:
             return None
@@ -459,7 +468,7 @@ class Scheduler:
             return Output(request, None, True)
         request.output_tokens.append(sample.token)
         request.samples.append(sample)
-        self.fair.charge(request.key, weight=self.policies[request.lane].weight, num_out=1)
+        self.fair.charge_output(request.key, self.policies[request.lane].weight)
         if len(request.output_tokens) >= request.max_tokens:
             self._finish(request, "length", now)
             return Output(request, sample, True)
