@@ -79,14 +79,15 @@ class Admission:
         where the lanes share a cache), one cell kept per decoding sequence."""
         if not self.keeps_pace(request, moment):
             return False
-        if self.fits(request, self._decoding(moment.admissions)):
+        if self.fits(request, self._decoding(moment)):
             return True
         return self.background_victim(request) is not None
 
-    def _decoding(self, memo: Admissions) -> Counter[Pool]:
+    def _decoding(self, moment: Moment) -> Counter[Pool]:
         """Sequences decoding per pool, counted again only when the running set changed."""
+        memo = moment.admissions
         if memo.decoding is None or memo.decoding[0] != self.pools.version:
-            memo.decoding = self.pools.version, Counter(r.pool for r in self.pools.running if r.is_decoding)
+            memo.decoding = self.pools.version, Counter(r.pool for r in moment.running(self.pools)[0])
         return memo.decoding[1]
 
     def keeps_pace(self, request: Request, moment: Moment) -> bool:
@@ -130,9 +131,10 @@ class Admission:
         """An interactive prompt is part-read, or an eligible one would be admitted now. One that
         would not (its cache full, or the readers at their pace) is no reason to hold background
         back or to size the step for it."""
-        if any(r.interactive and not r.is_decoding for r in self.pools.running):
+        decoding_now, reading = moment.running(self.pools)
+        if any(r.interactive for r in reading):
             return True
-        decoding = sum(1 for r in self.pools.running if r.is_decoding and r.interactive)
+        decoding = sum(1 for r in decoding_now if r.interactive)
         for lane, queue in self.waiting.items():
             if not queue or not self.policies[lane].interactive:
                 continue
@@ -155,7 +157,7 @@ class Admission:
     def background_usable(self, step: Step, room: int) -> int | None:
         """How many tokens background prefill or embedding work could take this step (so a reserve
         is not wasted); None when none is backlogged and eligible."""
-        if any(not r.interactive and not r.is_decoding for r in [*self.pools.running, *self.pools.embedding]):
+        if any(not r.interactive for r in step.reading(self.pools)):
             return room
         usable = None
         for lane, queue in self.waiting.items():

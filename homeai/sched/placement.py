@@ -103,8 +103,8 @@ class Placement:
         copied at once; the fill stops at the pair's first ineligible one (`_goes_on`), which is
         the same: a waiting request is looked at when its turn comes, not each one every step."""
         out: dict[tuple[str, str], deque[Request]] = {}
-        for request in [*self.pools.running, *self.pools.embedding]:
-            if request.interactive == interactive and not request.is_decoding:
+        for request in step.reading(self.pools):
+            if request.interactive == interactive:
                 out.setdefault(request.key, deque()).append(request)
         for lane, queue in self.waiting.items():
             if self.policies[lane].interactive != interactive or not queue:

@@ -133,6 +133,22 @@ class KVPools:
             preempted.append(victim)
         return True, preempted
 
+    def grow_decodes(self, requests: list[Request]) -> bool:
+        """Give each of `requests` (running sequences) a cell for its next token, when the free
+        cells of its pool cover them all: nothing is evicted or preempted then, so this is what
+        `grow` one at a time would do, without asking who would give way. False, with nothing
+        done, when they do not (`grow` them one at a time)."""
+        need: dict[Pool, int] = {}
+        for r in requests:
+            extra = r.num_computed_tokens + 1 - self.kv[r.pool].length(r.seq_id)
+            if extra > 0:
+                need[r.pool] = need.get(r.pool, 0) + extra
+        if any(n > self.kv[pool].num_free_cells for pool, n in need.items()):
+            return False
+        for r in requests:
+            self.kv[r.pool].ensure(r.seq_id, r.num_computed_tokens + 1)
+        return True
+
     def victim(self, pool: Pool | None = None, spare: Spare | None = None) -> Request | None:
         """The lowest-priority, latest-admitted running request (holding cells in `pool`, if given);
         one that `spare` keeps (background at its floor) only when no other could give way."""

@@ -253,9 +253,7 @@ class Scheduler:
         self.fair.set_backlogged(self._pairs.keys())
         step, decoding = self._begin(now, plan)
         plan.budget = self._budget(step, step.decodes, len(decoding))
-        for request in decoding:
-            if request.status is Status.RUNNING:  # an earlier one may have preempted it (and dropped its item)
-                self._grow(request, request.num_computed_tokens + 1, plan)  # may preempt, itself included
+        self._grow_decodes(decoding, plan)
         usable = self._fill(step, plan)
         if usable is not None or step.deferred > 0:  # background is backlogged: owed its share, once the step ran
             interactive = {r.request_id for r in self.running if r.interactive}
@@ -273,7 +271,7 @@ class Scheduler:
         backlogged and eligible). With nothing waiting and no input part-read there is nothing to
         place (no candidate, no admission, no side effect), so the rules are not asked: the
         steady state of a few sequences decoding pays nothing here."""
-        partial = [r for r in [*self.running, *self.embedding] if not r.is_decoding]
+        partial = step.reading(self.pools)
         if not partial and not any(self.waiting.values()):
             return None
         left = plan.budget - len(plan.generating)
@@ -308,11 +306,12 @@ class Scheduler:
         cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane, queue in self.waiting.items() if queue}
         moment = Moment(now, self.cost, cutoffs, Admissions())
         self.admission.rebalance(moment, self._preempt)
-        decoding = sorted((r for r in self.running if r.is_decoding), key=lambda r: not r.interactive)
+        decoding_now = moment.running(self.pools)[0]
+        decoding = sorted(decoding_now, key=lambda r: not r.interactive)
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
         held = any(r.held for r in decoding if r.interactive)
-        overdue = frozenset() if held else self.share.overdue([*self.running, *self.embedding], self.waiting, now)
+        overdue = frozenset() if held else self.share.overdue(moment.reading(self.pools), self.waiting, now)
         began_idle = not self.running
         prompt = self.admission.prompt_can_go(moment)
         background = sum(1 for r in decoding if not r.interactive)
@@ -330,7 +329,7 @@ class Scheduler:
         num_decoding = {pool: sum(1 for r in decoding if r.pool is pool) for pool in GENERATE}
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
-        lone = not self.pools.running or not any(r.is_decoding for r in self.running)
+        lone = not decoding_now
         decodes = plan.cost_shape(cells)
         aim = self._aim(pace, lone, held, decodes, cells)
         step = Step(**vars(moment), overdue=overdue, began_idle=began_idle, prompt=prompt, cells=cells,
@@ -414,6 +413,15 @@ class Scheduler:
         for r in preempted:
             self._requeue(r, plan)
         return grown
+
+    def _grow_decodes(self, decoding: list[Request], plan: StepPlan) -> None:
+        """A cell for each decode's token: all at once when the free cells cover them, else one
+        at a time, each growth maybe preempting (the ones placed after it, or itself)."""
+        if self.pools.grow_decodes(decoding):
+            return
+        for request in decoding:
+            if request.status is Status.RUNNING:  # an earlier one may have preempted it (and dropped its item)
+                self._grow(request, request.num_computed_tokens + 1, plan)  # may preempt, itself included
 
     def _background_floor(self, request: Request) -> bool:
         """`request` is background, which is down to its minimum share: it keeps its cells."""

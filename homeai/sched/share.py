@@ -47,13 +47,15 @@ class BackgroundShare:
         # The last step held background back for an interactive first token: the next one does not
         # (`Placement.first_token_room`), so background waits at most one step running for them.
         self.waited_for_first = False
+        self._background: tuple[int, list[Request]] = (-1, [])  # `_held`'s, and the pools' version then
 
     # ---- the way back ----------------------------------------------------------------
 
-    def overdue(self, in_flight: list[Request], waiting: dict[str, deque[Request]], now: float) -> frozenset[str]:
+    def overdue(self, reading: list[Request], waiting: dict[str, deque[Request]], now: float) -> frozenset[str]:
         """Background lanes whose oldest request has waited half its lane's TTFT target for its
-        first token (or embedding): served from then on, it still makes the target."""
-        late = {r.lane for r in in_flight if not r.is_decoding and r.first_token_time is None and self._late(r, now)}
+        first token (or embedding): served from then on, it still makes the target (`reading`:
+        the requests in flight still reading their input)."""
+        late = {r.lane for r in reading if r.first_token_time is None and self._late(r, now)}
         late.update(lane for lane, q in waiting.items() if q and self._late(q[0], now))
         return frozenset(lane for lane in late if not self.policies[lane].interactive)
 
@@ -117,12 +119,16 @@ class BackgroundShare:
 
     # ---- the floors ------------------------------------------------------------------
 
-    def _held(self) -> tuple[int, int, int, int]:
-        """Background sequences and cells held, and the minimum of each it keeps."""
-        held = [r for r in self.pools.running if not r.interactive]
-        min_seqs = min(math.ceil(self.min_share * self.num_seqs), self.num_seqs - 1)
-        cells = sum(self.pools.kv[Pool.MAIN].allocated[r.seq_id] for r in held)
-        return len(held), cells, min_seqs, int(self.min_share * self.num_cells)
+    def _held(self) -> list[Request]:
+        """Background sequences running (asked per admission and per preemption: listed again only
+        when the running set changed)."""
+        if self._background[0] != self.pools.version:
+            self._background = self.pools.version, [r for r in self.pools.running if not r.interactive]
+        return self._background[1]
+
+    def _min_seqs(self) -> int:
+        """The sequence ids background keeps at least."""
+        return min(math.ceil(self.min_share * self.num_seqs), self.num_seqs - 1)
 
     def seq_reserve(self, waiting: dict[str, deque[Request]]) -> int:
         """Sequence ids of the shared cache kept free for background waiting below its minimum share."""
@@ -131,10 +137,13 @@ class BackgroundShare:
         if not any(r.kind is Kind.GENERATE for lane, q in waiting.items() if not self.policies[lane].interactive
                    for r in q):
             return 0
-        num_held, _, min_seqs, _ = self._held()
-        return max(min_seqs - num_held, 0)
+        return max(self._min_seqs() - len(self._held()), 0)
 
     def may_preempt(self) -> bool:
-        """Background may give up a sequence for interactive work: it holds more than its share."""
-        num_held, cells, min_seqs, min_cells = self._held()
-        return num_held > min_seqs or cells > min_cells
+        """Background may give up a sequence for interactive work: it holds more than its share
+        of the sequence ids, or of the cells (counted only when the ids do not settle it)."""
+        held = self._held()
+        if len(held) > self._min_seqs():
+            return True
+        main = self.pools.kv[Pool.MAIN].allocated
+        return sum(main[r.seq_id] for r in held) > int(self.min_share * self.num_cells)

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.pacing import Readers
-from homeai.sched.pools import Pool
+from homeai.sched.pools import KVPools, Pool
+from homeai.sched.request import Request
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Admissions:
     readers: tuple[int, Readers] | None = None  # the running set as costed, and the pools' version then
     decoding: tuple[int, Counter[Pool]] | None = None  # sequences decoding per pool, and the pools' version then
     num_admitted: int = 0
+    split: tuple[int, list[Request], list[Request]] | None = None  # `Moment.running`'s, and the pools' version then
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,23 @@ class Moment:
     cost: StepCostModel  # the step-cost model, as it stands
     cutoffs: dict[str, float]  # per lane with requests waiting, those that arrived by this time are eligible
     admissions: Admissions
+
+    def running(self, pools: KVPools) -> tuple[list[Request], list[Request]]:
+        """The generating sequences decoding and those still reading their input, in admission
+        order. Asked by several rules of a step; split again only when the running set changed:
+        while a step is planned nothing else moves a sequence from one to the other."""
+        memo = self.admissions
+        if memo.split is None or memo.split[0] != pools.version:
+            decoding: list[Request] = []
+            reading: list[Request] = []
+            for r in pools.running:
+                (decoding if r.is_decoding else reading).append(r)
+            memo.split = pools.version, decoding, reading
+        return memo.split[1], memo.split[2]
+
+    def reading(self, pools: KVPools) -> list[Request]:
+        """Every request in flight still reading its input: generating sequences, then embedding inputs."""
+        return [*self.running(pools)[1], *(r for r in pools.embedding if not r.is_decoding)]
 
     def eligible(self, request) -> bool:
         """Waiting long enough to be admitted this step (a preempted request always is)."""
