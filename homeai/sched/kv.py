@@ -58,8 +58,12 @@ class KVManager:
             return True
         if extra > self.num_free_cells:
             return False
-        self._set_live(seq_id, self.allocated[seq_id] + extra)
+        self.add(seq_id, extra)
         return True
+
+    def add(self, seq_id: int, num_cells: int) -> None:
+        """A live sequence holds `num_cells` more (the caller found them free)."""
+        self._set_live(seq_id, self.allocated[seq_id] + num_cells)
 
     def release(self, seq_id: int) -> None:
         self._shrink(seq_id, 0)

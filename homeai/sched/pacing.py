@@ -139,7 +139,7 @@ class Pacing:
         background = [r for r in running if not r.interactive]
         return Readers(len(readers), min((r.priority for r in readers), default=0),
                        min((targets[r.lane] for r in readers), default=math.inf),
-                       sum(self.typical_cells(r) for r in readers), sum(1 for r in background if r.is_decoding),
+                       sum(map(self.typical_cells, readers)), sum(1 for r in background if r.is_decoding),
                        sum(layout.background_cells(r) for r in background))
 
     def readers_keep_pace(self, cost: StepCostModel, readers: Readers, request: Request, target_ms: float,
@@ -159,9 +159,11 @@ class Pacing:
         return cost.predict_ms(shape) <= self.tuning.readers_aim * pace
 
     def typical_cells(self, request: Request) -> int:
-        """The cells a generating sequence holds at its lane's typical output length (or its own cap)."""
+        """The cells a generating sequence holds at its lane's typical output length (or its own cap).
+        (Asked of every reader once a step: the counts are read once each.)"""
+        num_prompt = len(request.prompt_tokens)
         typical = min(self.typical[request.lane], request.max_tokens)
-        return max(request.num_tokens, int(request.num_prompt_tokens + typical))
+        return max(num_prompt + len(request.output_tokens), int(num_prompt + typical))
 
     def learn(self, request: Request) -> None:
         """A request finished on its own: its output length moves its lane's typical length."""

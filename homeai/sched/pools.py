@@ -139,14 +139,17 @@ class KVPools:
         `grow` one at a time would do, without asking who would give way. False, with nothing
         done, when they do not (`grow` them one at a time)."""
         need: dict[Pool, int] = {}
+        grown: list[tuple[KVManager, int, int]] = []
         for r in requests:
-            extra = r.num_computed_tokens + 1 - self.kv[r.pool].length(r.seq_id)
+            kv = self.kv[r.pool]
+            extra = r.num_computed_tokens + 1 - kv.length(r.seq_id)
             if extra > 0:
                 need[r.pool] = need.get(r.pool, 0) + extra
+                grown.append((kv, r.seq_id, extra))
         if any(n > self.kv[pool].num_free_cells for pool, n in need.items()):
             return False
-        for r in requests:
-            self.kv[r.pool].ensure(r.seq_id, r.num_computed_tokens + 1)
+        for kv, seq_id, extra in grown:
+            kv.add(seq_id, extra)
         return True
 
     def victim(self, pool: Pool | None = None, spare: Spare | None = None) -> Request | None:

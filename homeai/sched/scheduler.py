@@ -322,11 +322,13 @@ class Scheduler:
             decoding, deferred = [r for r in decoding if r.interactive], background
         for r in decoding:
             plan.batches[r.pool].append(item(r, 1))
-        plan.context_cells = sum(r.num_computed_tokens for r in self.running)
         cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
         for r in self.running:
             cells[r.pool] += r.num_computed_tokens
-        num_decoding = {pool: sum(1 for r in decoding if r.pool is pool) for pool in GENERATE}
+            plan.context_cells += r.num_computed_tokens
+        num_decoding = dict.fromkeys(GENERATE, 0)
+        for r in decoding:
+            num_decoding[r.pool] += 1
         targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
         pace = self.pacing.pace(self.cost, min(targets)) if targets else None
         lone = not decoding_now
