@@ -39,13 +39,16 @@ class FairShare:
         if keys:
             self.floor = min(self.counters.get(k, 0.0) for k in keys)
 
-    def pick(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None) -> Key | None:
-        """The pair with the least counter (plus what it was `planned` this step); on a tie (a
-        newcomer is lifted to the least), the one holding fewer sequences (`held`), so a member
-        with nothing running goes before a busy one."""
+    def rank(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None,
+             first: Callable[[Key], int] | None = None) -> list[Key]:
+        """The pairs in the order they go: the least counter (plus what it was `planned` this step)
+        first; on a tie (a newcomer is lifted to the least), the one holding fewer sequences
+        (`held`), so a member with nothing running goes before a busy one. `first`: what orders
+        pairs before fair share does (a lane's priority). The first pair is the next to go; the
+        rest keep this order until a counter, a plan or a holding changes."""
         planned = planned or {}
-        return min(keys, key=lambda k: (self.counters.get(k, 0.0) + planned.get(k, 0.0), held(k) if held else 0, k),
-                   default=None)
+        return sorted(keys, key=lambda k: (first(k) if first else 0, self.counters.get(k, 0.0) + planned.get(k, 0.0),
+                                           held(k) if held else 0, k))
 
     def cost(self, *, weight: float, num_in: int = 0, num_out: int = 0) -> float:
         """What `num_in` prompt and `num_out` output tokens cost a pair of this weight."""

@@ -65,12 +65,13 @@ class Placement:
         candidates = self._candidates(step, interactive)
         planned = {i.request_id for i in plan.items}
         used = 0
+        ranked, at, version = [], 0, None  # the pairs in fair share's order, while it stands
         while used < budget and candidates:
-            keys = candidates.keys()
-            if interactive:
-                best = min(self.policies[lane].priority for lane, _ in keys)
-                keys = [k for k in keys if self.policies[k[0]].priority == best]
-            key = self.fair.pick(keys, self.admission.members.num_held if interactive else None, step.planned)
+            if version != self.pools.version:  # a chunk was placed, or the running set changed
+                ranked, at, version = self._rank(step, candidates, interactive), 0, self.pools.version
+            while ranked[at] not in candidates:  # gone for this step: the next pair in the order
+                at += 1
+            key = ranked[at]
             request = candidates[key].popleft()
             if not _goes_on(candidates[key], step):
                 del candidates[key]
@@ -81,7 +82,19 @@ class Placement:
                 candidates.pop(key, None)  # this pair cannot go further this step
                 continue
             used += n
+            version = None  # its pair's planned cost grew
         return used
+
+    def _rank(self, step: Step, candidates: dict[tuple[str, str], deque[Request]],
+              interactive: bool) -> list[tuple[str, str]]:
+        """The pairs with candidates in the order they go: the interactive lanes of best priority
+        first, and within them (and in the background class) by fair share, on a tie the member
+        holding fewer readers first. Ranked once and walked while nothing it reads changes (a
+        refused request changes nothing), so trying each pair costs a step no pass over the others."""
+        if not interactive:
+            return self.fair.rank(candidates, None, step.planned)
+        return self.fair.rank(candidates, self.admission.members.num_held, step.planned,
+                              first=lambda key: self.policies[key[0]].priority)
 
     def fill_in_order(self, step: Step, plan: StepPlan, order: list[Request], budget: int) -> int:
         """Place candidates in a policy's strict order: nothing overtakes a request that cannot go
