@@ -100,9 +100,7 @@ class StepCostModel:
         self._seen = self._seen * keep + 1.0
         for i, xi in enumerate(x):
             self.xy[i] = self.xy[i] * keep + xi * y
-            row = self.xx[i]
-            for j, xj in enumerate(x):
-                row[j] = row[j] * keep + xi * xj
+            self.xx[i] = [s * keep + xi * xj for s, xj in zip(self.xx[i], x)]
         self._coef = None
 
     def _contend(self, ratio: float) -> None:
@@ -146,8 +144,11 @@ class StepCostModel:
         free = list(range(n))
         fixed: dict[int, float] = {}
         while True:
-            a = [[a_all[i][j] for j in free] for i in free]
-            y = [y_all[i] - _sum_products(a_all[i], fixed) for i in free]
+            if fixed:
+                a = [[a_all[i][j] for j in free] for i in free]
+                y = [y_all[i] - _sum_products(a_all[i], fixed) for i in free]
+            else:  # every coefficient free: the sums as they are (less a sum of nothing, 0: the same)
+                a, y = a_all, y_all
             sol = _solve(a, y)
             if sol is None:
                 return self.prior
