@@ -43,13 +43,13 @@ class Admission:
     def admit(self, request: Request, step: Step, preempt: Callable[[Request], None]) -> bool:
         """Admit a waiting generation request now, if it may be (`preempt` gives way a victim)."""
         memo, interactive, group = step.admissions, request.interactive, (request.interactive, request.pool)
+        if request.num_tokens >= memo.failed_need.get(group, math.inf):
+            return False  # a smaller request of this class already could not get in this step (the cheapest check first)
         if not self.policy.admission_open(num_running=len(self.pools.running), num_admitted=memo.num_admitted,
                                           began_idle=step.began_idle):
             return False
         if interactive and not self.members.may_admit(request):
             return False
-        if request.num_tokens >= memo.failed_need.get(group, math.inf):
-            return False  # a smaller request of this class already could not get in this step
         if interactive and not self.keeps_pace(request, step):
             memo.failed_need[group] = request.num_tokens
             return False

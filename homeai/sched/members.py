@@ -76,11 +76,8 @@ class MemberShare:
         cap = self.cap(sum(held.values()) + 1)
         entitled = sorted((r for m, r in firsts.items() if held[m] + 1 <= cap), key=lambda r: held[r.member])
         self.entitled, self.capped = {r.member for r in entitled}, cap
-        for request in entitled:
-            while not room(request):
-                victim = self._victim(held, cap)
-                if victim is None:
-                    break
+        for request in entitled:  # who would give way is asked first: with no member over its cap, no room is
+            while (victim := self._victim(held, cap)) is not None and not room(request):  # costed (both pure)
                 preempt(victim)
                 held[victim.member] -= 1
 
