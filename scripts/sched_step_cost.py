@@ -8,8 +8,9 @@ No model: the runner is a fake that samples token 7 for every row. Each case adm
 of one lane (a background lane, as `homeai bench engine` uses, or an interactive one), reads
 their prompts, then times `steps` steps of steady decoding: every step one token a sequence,
 as the engine's steady state at N sequences. The limits are the engine's defaults with the
-pinned caches of `scripts/before_after.sh` (two caches: 8192 cells, 4096 for the interactive
-lanes; 32 sequence ids; n_batch 512; the prompt cache on). Prints the median over `reps` of
+two caches of a GPU's context (65,536 cells, 32,768 for the interactive lanes: sixteen sequences
+decode 2,000 steps without filling them, so no step preempts; 32 sequence ids; n_batch 512; the
+prompt cache on). Prints the median over `reps` of
 the mean milliseconds per step (wall clock, perf_counter), and with `--planning` the medians
 of `homeai.bench.engine_bench.planning_cost()` (256 waiting, 64 running). `--profile chat:1`
 prints a cProfile of that case instead.
@@ -27,8 +28,8 @@ from homeai.sched.request import Request, Sample, SamplingParams
 from homeai.sched.scheduler import Scheduler, SchedulerLimits, StepResult
 from lanes import DEFAULT_POLICIES
 
-LIMITS = SchedulerLimits(num_cells=8192, num_seqs=32, max_step_tokens=512, embed_max_tokens=2048,
-                         embed_max_seqs=64, interactive_cells=4096, prompt_cache=True)
+LIMITS = SchedulerLimits(num_cells=65536, num_seqs=32, max_step_tokens=512, embed_max_tokens=2048,
+                         embed_max_seqs=64, interactive_cells=32768, prompt_cache=True)
 
 
 def _fake(plan) -> StepResult:
@@ -63,7 +64,9 @@ def ms_per_step(lane: str, num_running: int, steps: int) -> float:
     sched, now = steady(lane, num_running)
     start = time.perf_counter()
     run_steps(sched, now, steps)
-    return (time.perf_counter() - start) / steps * 1000
+    elapsed = time.perf_counter() - start
+    assert len(sched.running) == num_running and not any(r.num_preemptions for r in sched.running), "not steady"
+    return elapsed / steps * 1000
 
 
 def main() -> None:

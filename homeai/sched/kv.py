@@ -33,9 +33,12 @@ class KVManager:
         return self.num_cells - self.num_used_cells - self.num_cached_cells
 
     def length(self, seq_id: int) -> int:
-        """The cells a sequence holds, borrowed ones included."""
-        own = self.allocated.get(seq_id, self.cached.get(seq_id, 0))
-        return own + self._base(seq_id)
+        """The cells a sequence holds, borrowed ones included (asked of every decoding sequence each step)."""
+        own = self.allocated.get(seq_id)
+        if own is None:
+            own = self.cached.get(seq_id, 0)
+        link = self.borrowed.get(seq_id)
+        return own + link[1] if link else own
 
     def can_admit(self, num_cells: int, headroom: int = 0) -> bool:
         """A sequence id and `num_cells` cells (`headroom` more kept), evicting cached prefixes if need be."""
@@ -63,7 +66,8 @@ class KVManager:
 
     def add(self, seq_id: int, num_cells: int) -> None:
         """A live sequence holds `num_cells` more (the caller found them free)."""
-        self._set_live(seq_id, self.allocated[seq_id] + num_cells)
+        self.allocated[seq_id] += num_cells
+        self.num_used_cells += num_cells
 
     def release(self, seq_id: int) -> None:
         self._shrink(seq_id, 0)

@@ -183,9 +183,9 @@ def _goes_on(candidates: deque[Request], step: Step) -> bool:
 
 
 def item(request: Request, n: int) -> ScheduledItem:
-    """The next `n` tokens of a generating request."""
+    """The next `n` tokens of a generating request (made for every sequence every step)."""
     start = request.num_computed_tokens
-    sample = start + n == request.num_tokens
+    sample = start + n == len(request.prompt_tokens) + len(request.output_tokens)
     forced = request.params.forced_tokens
     token = forced[len(request.output_tokens)] if sample and forced is not None else None
     return ScheduledItem(request.request_id, Kind.GENERATE, request.seq_id, start,

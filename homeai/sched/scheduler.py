@@ -462,7 +462,7 @@ class Scheduler:
         request = self.requests.get(item.request_id)
         if request is None or request.status is not Status.RUNNING or request.seq_id != item.seq_id:
             return None  # aborted or preempted while the step ran
-        if request.num_charged_prompt < request.num_prompt_tokens:  # else nothing to charge (a decode's case)
+        if request.num_charged_prompt < len(request.prompt_tokens):  # else nothing to charge (a decode's case)
             self._charge_prompt(request, item)
         request.num_computed_tokens = item.start + len(item.tokens)
         if not item.sample:
