@@ -141,26 +141,28 @@ class StepCostModel:
         n = len(self.prior)
         a_all = [[x + r for x, r in zip(xx_row, ridge_row)] for xx_row, ridge_row in zip(self.xx, self._ridge)]
         y_all = [x + r for x, r in zip(self.xy, self._ridge_y)]
-        free = list(range(n))
-        fixed: dict[int, float] = {}
+        coef = [0.0] * n  # a fixed coefficient holds its bound
+        free, fixed = list(range(n)), []  # fixed: in the order they were fixed
         while True:
             if fixed:
                 a = [[a_all[i][j] for j in free] for i in free]
-                y = [y_all[i] - _sum_products(a_all[i], fixed) for i in free]
+                y = [y_all[i] - _sum_products(a_all[i], coef, fixed) for i in free]
             else:  # every coefficient free: the sums as they are (less a sum of nothing, 0: the same)
                 a, y = a_all, y_all
             sol = _solve(a, y)
             if sol is None:
                 return self.prior
-            coef = {**fixed, **dict(zip(free, sol))}
-            out = {i: FLOOR[i] if coef[i] < FLOOR[i] else CEILING[i] for i in free
-                   if not FLOOR[i] <= coef[i] <= CEILING[i]}
+            for i, value in zip(free, sol):
+                coef[i] = value
+            out = [i for i in free if not FLOOR[i] <= coef[i] <= CEILING[i]]
             if not out:
-                return tuple(coef[i] for i in range(n))
-            fixed.update(out)
+                return tuple(coef)
+            for i in out:
+                coef[i] = FLOOR[i] if coef[i] < FLOOR[i] else CEILING[i]
+            fixed += out
             free = [i for i in free if i not in out]
             if not free:
-                return tuple(fixed[i] for i in range(n))
+                return tuple(coef)
 
     def predict_ms(self, x: StepShape) -> float:
         return _dot(self.coefficients, x)
@@ -187,11 +189,11 @@ def _dot(coefficients: tuple[float, ...], x: StepShape) -> float:
     return sum(c * xi for c, xi in zip(coefficients, x))
 
 
-def _sum_products(row: list[float], fixed: dict[int, float]):
-    """sum(row[k] * v for k, v in fixed.items()), added up in that order from 0 (as `sum` does)."""
+def _sum_products(row: list[float], coef: list[float], fixed: list[int]):
+    """sum(row[k] * coef[k] for k in fixed), added up in that order from 0 (as `sum` does)."""
     total = 0
-    for k, v in fixed.items():
-        total = total + row[k] * v
+    for k in fixed:
+        total = total + row[k] * coef[k]
     return total
 
 
@@ -209,10 +211,11 @@ def _solve(a: list[list[float]], y: list[float]) -> list[float] | None:
             return None
         m[col], m[pivot] = m[pivot], m[col]
         top = m[col]
+        rest = range(col + 1, n + 1)  # column `col` itself is never read again below the pivot
         for r in range(col + 1, n):
             row = m[r]
             f = row[col] / top[col]
-            for k in range(col, n + 1):
+            for k in rest:
                 row[k] -= f * top[k]
     x = [0.0] * n
     for r in range(n - 1, -1, -1):
