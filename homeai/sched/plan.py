@@ -14,6 +14,9 @@ from homeai.sched.pools import GENERATE, Copy, Drop, Pool
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 
 
+POOLS = tuple(Pool)  # every pool, in their order (iterating the enum itself is slow, and a plan is made each step)
+
+
 class ScheduledItem(NamedTuple):
     """One request's tokens in a step (made for every sequence every step: a named tuple is
     immutable, as a frozen dataclass, and made several times faster)."""
@@ -40,7 +43,7 @@ class BackgroundDue:
 class StepPlan:
     step_id: int
     # Per pool, the items of its one llama_decode this step (in the order they were placed).
-    batches: dict[Pool, list[ScheduledItem]] = field(default_factory=lambda: {pool: [] for pool in Pool})
+    batches: dict[Pool, list[ScheduledItem]] = field(default_factory=lambda: {pool: [] for pool in POOLS})
     # Per pool, cache operations to run in order before the step: drop a sequence's cells (all,
     # or past a position), or share one sequence's first cells with another.
     cache_ops: dict[Pool, list[Drop | Copy]] = field(default_factory=dict)
