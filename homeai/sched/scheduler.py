@@ -307,7 +307,7 @@ class Scheduler:
         moment = Moment(now, self.cost, cutoffs, Admissions())
         self.admission.rebalance(moment, self._preempt)
         decoding_now = moment.running(self.pools)[0]
-        decoding = sorted(decoding_now, key=lambda r: not r.interactive)
+        decoding = [r for r in decoding_now if r.interactive] + [r for r in decoding_now if not r.interactive]
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
         held = any(r.held for r in decoding if r.interactive)
@@ -329,8 +329,8 @@ class Scheduler:
         num_decoding = dict.fromkeys(GENERATE, 0)
         for r in decoding:
             num_decoding[r.pool] += 1
-        targets = [self.policies[r.lane].itl_target_ms for r in decoding if r.interactive]
-        pace = self.pacing.pace(self.cost, min(targets)) if targets else None
+        lanes = {r.lane for r in decoding if r.interactive}
+        pace = self.pacing.pace(self.cost, min(self.policies[lane].itl_target_ms for lane in lanes)) if lanes else None
         lone = not decoding_now
         decodes = plan.cost_shape(cells)
         aim = self._aim(pace, lone, held, decodes, cells)
