@@ -236,9 +236,19 @@ class Scheduler:
         return len(self.waiting[lane])
 
     def next_wakeup(self, now: float) -> float | None:
-        """When a waiting request becomes eligible, if nothing can run before then."""
-        times = [r.arrival_time if r.num_preemptions else self._eligible_at(r.lane, r.arrival_time)
-                 for q in self.waiting.values() for r in q]
+        """When a waiting request becomes eligible, if nothing can run before then. In a lane in
+        arrival order (`queues.py`) the preempted requests stand first and the first of the rest
+        becomes eligible first, so the rest are not looked at."""
+        times: list[float] = []
+        for lane, queue in self.waiting.items():
+            ordered = self.queues.in_arrival_order(lane)
+            for r in queue:
+                if r.num_preemptions:
+                    times.append(r.arrival_time)
+                    continue
+                times.append(self._eligible_at(lane, r.arrival_time))
+                if ordered:
+                    break
         return min(times, default=None)
 
     # ---- the plan ------------------------------------------------------------------
