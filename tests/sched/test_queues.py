@@ -69,3 +69,29 @@ def test_a_preempted_request_goes_first_in_its_lane_and_its_pair():
     assert list(queues.pairs["chat"]["bob"]) == [back, bob]
     assert queues.first([alice, bob, back]) is back
     assert queues.in_arrival_order("chat"), "a preempted request is always eligible: the order holds"
+
+
+def test_decodes_grow_at_once_only_when_the_free_cells_cover_them_all():
+    sched = create_scheduler(num_cells=120, num_seqs=4, max_step_tokens=64)
+    runner = FakeRunner()
+    requests = [create_request(lane="summaries", num_prompt=29, max_tokens=50, arrival=0.0) for _ in range(4)]
+    for request in requests:
+        sched.add_request(request)
+    now = 1.0
+    while not all(r.is_decoding for r in requests):  # 4 x 30 cells: the cache is full
+        plan = sched.schedule(now)
+        sched.update(plan, runner.run(plan), now)
+        now += 0.01
+    kv = sched.pools.kv[requests[0].pool]
+    assert kv.num_free_cells < len(requests), "the cache cannot give every decode its next cell"
+    before = {r.seq_id: kv.length(r.seq_id) for r in requests}
+    assert not sched.pools.grow_decodes(requests)
+    assert {r.seq_id: kv.length(r.seq_id) for r in requests} == before, "nothing grew"
+    plan = sched.schedule(now)  # one at a time instead: the latest admitted give way
+    assert any(r.num_preemptions for r in requests) and 0 < len(plan.generating) < len(requests)
+    sched.update(plan, runner.run(plan), now)
+    running = [r for r in requests if r.seq_id is not None]
+    free = kv.num_free_cells
+    assert free >= len(running) and sched.pools.grow_decodes(running)
+    assert kv.num_free_cells == free - len(running)
+    assert all(kv.length(r.seq_id) == r.num_computed_tokens + 1 for r in running)
