@@ -39,6 +39,10 @@ class FairShare:
         if keys:
             self.floor = min(self.counters.get(k, 0.0) for k in keys)
 
+    def pick(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None) -> Key | None:
+        """The pair that goes next (`rank`'s first), None with no pair."""
+        return min(keys, key=self._order(held, planned), default=None)
+
     def rank(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None,
              first: Callable[[Key], int] | None = None) -> list[Key]:
         """The pairs in the order they go: the least counter (plus what it was `planned` this step)
@@ -46,9 +50,13 @@ class FairShare:
         (`held`), so a member with nothing running goes before a busy one. `first`: what orders
         pairs before fair share does (a lane's priority). The first pair is the next to go; the
         rest keep this order until a counter, a plan or a holding changes."""
+        return sorted(keys, key=self._order(held, planned, first))
+
+    def _order(self, held: Callable[[Key], int] | None, planned: dict[Key, float] | None,
+               first: Callable[[Key], int] | None = None) -> Callable[[Key], tuple]:
         planned = planned or {}
-        return sorted(keys, key=lambda k: (first(k) if first else 0, self.counters.get(k, 0.0) + planned.get(k, 0.0),
-                                           held(k) if held else 0, k))
+        return lambda k: (first(k) if first else 0, self.counters.get(k, 0.0) + planned.get(k, 0.0),
+                          held(k) if held else 0, k)
 
     def cost(self, *, weight: float, num_in: int = 0, num_out: int = 0) -> float:
         """What `num_in` prompt and `num_out` output tokens cost a pair of this weight."""
