@@ -37,17 +37,19 @@ class Placement:
         self.admission, self.share, self.grow, self.preempt = admission, share, grow, preempt
         self.embed_chunked, self.first_step = embed_chunked, first_step
 
-    def gives_first_token(self, plan: StepPlan) -> bool:
-        """The plan samples an interactive request's first token."""
-        waiting_first = {r.request_id for r in self.pools.running if r.interactive and not r.output_tokens}
-        return any(i.sample and i.request_id in waiting_first for pool in GENERATE for i in plan.batches[pool])
+    def gives_first_token(self, step: Step, plan: StepPlan) -> bool:
+        """The plan samples an interactive request's first token. (One with no output is still
+        reading its prompt: only those are looked for among the plan's items.)"""
+        waiting_first = {r.request_id for r in step.running(self.pools)[1] if r.interactive and not r.output_tokens}
+        return bool(waiting_first) and any(i.sample and i.request_id in waiting_first
+                                           for pool in GENERATE for i in plan.batches[pool])
 
     def first_token_room(self, step: Step, plan: StepPlan, left: int) -> int:
         """Background's room in a step that gives an interactive request its first token: a person
         waits on that step (a spoken question, a chat's first word), so background rides only up
         to `first_step` times what the step costs so far, whatever was owed or overdue; paid back
         in the steps after (`step.first_token_waits` is never true two steps running)."""
-        if not step.first_token_waits or not self.gives_first_token(plan):
+        if not step.first_token_waits or not self.gives_first_token(step, plan):
             return left
         shape = self.shape(step, plan)
         room = step.cost.tokens_within(self.first_step * step.cost.predict_ms(shape), shape, step.cells[Pool.MAIN],

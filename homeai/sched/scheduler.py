@@ -272,7 +272,7 @@ class Scheduler:
         else:
             self.share.forget()
         plan.shape = self.placement.shape(step, plan)
-        self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(plan)
+        self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(step, plan)
         return self._close(plan)
 
     def _fill(self, step: Step, plan: StepPlan) -> int | None:
