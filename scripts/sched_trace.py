@@ -4,7 +4,9 @@
 
 Each seed is a workload: random limits (one cache or two, the prompt cache on or off, shared or per
 member, chunked embeddings or not, small caches that preempt), requests of every lane and several
-members arriving at random (seeds from 100 on arrive about three times as often), aborts, stop
+members arriving at random (seeds from 100 on arrive about three times as often; from 200 on, some
+are queued after requests that arrived later, and the benchmark's baseline policies take turns
+with homeai's, `homeai/bench/policies.py`), aborts, stop
 strings found outside, held background, steps that find no KV slot or raise, and step times from a
 random cost. Every plan (items, tokens, cache operations, budget, shape, what background is owed),
 every output, and after each step the cost model's coefficients, background's credit, fair share's
@@ -18,6 +20,7 @@ import sys
 
 from homeai.sched.request import Kind, Request, Sample, SamplingParams
 from homeai.sched.scheduler import NoRoom, QueueFull, Scheduler, SchedulerLimits, StepResult
+from homeai.bench.policies import make_scheduler
 from lanes import DEFAULT_POLICIES
 
 LANES = list(DEFAULT_POLICIES)
@@ -45,8 +48,11 @@ def scenario(seed, out):
                              prompt_cache=rng.random() < 0.6, prompt_cache_max_cells=rng.choice([0, 0, 300]),
                              prompt_cache_shared=rng.random() < 0.3, embed_chunked=rng.random() < 0.7,
                              member_seq_share=rng.choice([0.5, 0.34]), max_seq_len=rng.choice([0, 0, 900]))
-    sched = Scheduler(dict(DEFAULT_POLICIES), limits)
-    out.write(f"== seed {seed} {limits!r}\n")
+    policy = rng.choice(["homeai"] * 3 + ["fifo", "static", "serial"]) if seed >= 200 else "homeai"
+    sched = make_scheduler(policy, dict(DEFAULT_POLICIES), limits) if policy != "homeai" else \
+        Scheduler(dict(DEFAULT_POLICIES), limits)
+    late = 0.3 if seed >= 200 else 0.0  # how often a request is queued after one that arrived later
+    out.write(f"== seed {seed} {policy} {limits!r}\n")
     members = [f"m{i}" for i in range(rng.randint(1, 5))]
     prefixes = [[rng.randint(10, 60) for _ in range(rng.randint(8, 80))] for _ in range(4)]
     now = 0.0
@@ -62,7 +68,8 @@ def scenario(seed, out):
                     [rng.randint(10, 900) for _ in range(rng.choice([1, 5, 20, 60, 200, 700]))]
                 forced = tuple(rng.randint(3, 99) for _ in range(rng.randint(1, 6))) if rng.random() < 0.05 else None
                 params = SamplingParams(max_tokens=rng.choice([1, 4, 16, 64]), forced_tokens=forced)
-                r = Request(f"r{n}", lane, rng.choice(members), prompt, now, kind=kind, params=params,
+                arrival = now - rng.uniform(0, 0.2) if late and rng.random() < late else now
+                r = Request(f"r{n}", lane, rng.choice(members), prompt, arrival, kind=kind, params=params,
                             public_len=rng.choice([0, 8]))
                 n += 1
                 try:
