@@ -31,7 +31,8 @@ def plan_repr(plan):
     for pool, items in plan.batches.items():
         for i in items:
             h = hashlib.md5(repr(i.tokens).encode()).hexdigest()[:8]
-            parts.append(f" {pool.value} {i.request_id} seq{i.seq_id} @{i.start} n{len(i.tokens)} {h} s{int(i.sample)} f{i.forced}")
+            parts.append(f" {pool.value} {i.request_id} seq{i.seq_id} @{i.start} n{len(i.tokens)} {h} "
+                         f"s{int(i.sample)} f{i.forced}")
     for pool, ops in plan.cache_ops.items():
         parts.append(f" ops {pool.value} {ops!r}")
     parts.append(f" done {plan.done!r} bg {plan.background!r}")
@@ -63,7 +64,8 @@ def scenario(seed, out):
         if rng.random() < (0.35 if seed < 100 else 0.9):
             for _ in range(rng.choice([1, 1, 1, 2, 5])):
                 lane = rng.choice(LANES)
-                kind = Kind.EMBED if lane == "embeddings" or (lane == "indexing" and rng.random() < 0.5) else Kind.GENERATE
+                embed = lane == "embeddings" or (lane == "indexing" and rng.random() < 0.5)
+                kind = Kind.EMBED if embed else Kind.GENERATE
                 prompt = (rng.choice(prefixes) if rng.random() < 0.6 else []) + \
                     [rng.randint(10, 900) for _ in range(rng.choice([1, 5, 20, 60, 200, 700]))]
                 forced = tuple(rng.randint(3, 99) for _ in range(rng.randint(1, 6))) if rng.random() < 0.05 else None

@@ -13,7 +13,7 @@ readers waits while another member's interactive request waits (`members.py`).
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 from typing import Callable, Mapping
 
 from homeai.sched.layout import CacheLayout
@@ -44,7 +44,7 @@ class Admission:
         """Admit a waiting generation request now, if it may be (`preempt` gives way a victim)."""
         memo, interactive, group = step.admissions, request.interactive, (request.interactive, request.pool)
         if request.num_tokens >= memo.failed_need.get(group, math.inf):
-            return False  # a smaller request of this class already could not get in this step (the cheapest check first)
+            return False  # a smaller request of this class could not get in this step (the cheapest check first)
         if not self.policy.admission_open(num_running=len(self.pools.running), num_admitted=memo.num_admitted,
                                           began_idle=step.began_idle):
             return False

@@ -22,7 +22,7 @@ A lone member uses every reader; the cap binds only while another member has int
 from __future__ import annotations
 
 import math
-from collections import Counter, deque
+from collections import Counter
 from typing import Callable
 
 from homeai.sched.pools import KVPools, Spare
