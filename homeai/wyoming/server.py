@@ -135,6 +135,11 @@ class WyomingServer:
         most): closed with unread input, the socket would be reset, and the event lost with it.
         At most max_connections refusals linger at once; beyond, they are closed at once."""
         writer.write(encode(Event("error", {"text": reason, "code": "too_many_connections"})))
+        await self._linger(reader, writer)
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Before a connection the server ends is closed: what the client still sends (the rest of an
+        utterance) read and dropped until it closes, LINGER_S at most, at most max_connections at once."""
         if self._lingering >= self.cfg.max_connections:
             return
         self._lingering += 1
@@ -148,7 +153,8 @@ class WyomingServer:
     async def _session(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._per_address[address] += 1
         try:
-            await Session(self.runtime, reader, writer).run()
+            if await Session(self.runtime, reader, writer).run():  # ended by an error it told the client
+                await self._linger(reader, writer)
         finally:
             self._per_address[address] -= 1
             if not self._per_address[address]:

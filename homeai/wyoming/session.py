@@ -18,7 +18,8 @@ while it is transcribed (`speech.pause_background`), speech's errors with the sa
 A `WyomingError` (a bad frame, an event out of order, audio of another format than announced,
 an utterance over `speech.max_utterance_s` or over `wyoming.max_audio_bytes` buffered) or a
 client silent for `READ_TIMEOUT_S` (while it is sent no speech) gets an `error` event {text, code}
-and the connection closes, its utterance dropped. An event whose text is not valid Unicode, or a
+and the connection closes, its utterance dropped (what the client still sends is read and dropped
+for a moment first, so that the close does not reset the socket and lose the event). An event whose text is not valid Unicode, or a
 refused synthesis (`EventRefused`), gets an `error` event and is ignored; the connection goes on.
 Unknown event types are ignored, as Wyoming services do. With `wyoming.member` set, each
 utterance is refused at audio-start, and each synthesis at synthesize or synthesize-start
@@ -92,13 +93,16 @@ class Session:
         for kind in self.synthesis.handlers:
             self.handlers[kind] = self._synthesis_event
 
-    async def run(self) -> None:
+    async def run(self) -> bool:
+        """Serve the connection until the client closes it (False) or an error ends it (True: the
+        error event was sent, and the client may still be sending the utterance it ended, which the
+        caller reads and drops before it closes: `WyomingServer._linger`)."""
         try:
             while True:
                 try:
                     event = await self._next_event()
                     if event is None:
-                        return  # the client closed the connection: what it was being told stops
+                        return False  # the client closed the connection: what it was being told stops
                     handler = self.handlers.get(event.type)
                     if handler is not None:
                         await handler(event)
@@ -113,6 +117,7 @@ class Session:
         finally:
             self.pcm = bytearray()  # the utterance's buffer goes with the connection, whatever ended it
             await self.synthesis.close()
+        return True
 
     async def _next_event(self) -> Event | None:
         """The next event; TimeoutError once the client is silent for READ_TIMEOUT_S while it is sent

@@ -145,6 +145,23 @@ async def test_audio_over_max_audio_bytes_is_an_error_and_the_utterance_is_dropp
     assert error.code == "audio_too_large" and "wyoming.max_audio_bytes" in error.text, error
 
 
+async def test_a_client_still_streaming_after_the_error_reads_it(port):
+    """A microphone keeps sending after the server ended the utterance: the server reads and drops the
+    rest before it closes, since a socket closed with unread input is reset and the error lost with it
+    (the client then read a reset or nothing; seen with a refused member as well)."""
+    chunk = AudioChunk(rate=16000, width=2, channels=1, audio=bytes(3200)).event()
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+        for _ in range(MAX_AUDIO_BYTES // 3200 + 1):
+            await client.write_event(chunk)
+        await asyncio.sleep(0.5)  # the server has ended the utterance by now
+        for _ in range(40):  # and the microphone goes on: 128 KB more
+            await client.write_event(chunk)
+        event = await read(client)
+    assert Error.is_type(event.type), event
+    assert Error.from_event(event).code == "audio_too_large"
+
+
 # ---- text that is not Unicode -------------------------------------------------------------------
 
 
