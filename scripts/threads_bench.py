@@ -40,8 +40,21 @@ def ha_prompt(nonce):
                                   {"role": "user", "content": "Turn on the kitchen lamp."}])
 
 
+steps_at = []  # llama.cpp's threads at each step of the current reading (Runner._follow_cores)
+_follow = Runner._follow_cores
+
+
+def _traced_follow(runner):
+    _follow(runner)
+    steps_at.append(runner.num_threads)
+
+
+Runner._follow_cores = _traced_follow
+
+
 def read_s(threads):
     from homeai.threads import CoreWatch
+    steps_at.clear()
     if threads == "watch":
         r.core_watch = CoreWatch()  # the runner asks it before each step (Runner._follow_cores)
     else:
@@ -62,7 +75,8 @@ try:
         for s in (SETTINGS if rnd % 2 == 0 else SETTINGS[::-1]):
             t, n = read_s(s)
             res[s].append(t)
-            chose = f", the watch ended at {r.num_threads} threads" if s == "watch" else ""
+            counts = {n: steps_at.count(n) for n in sorted(set(steps_at))}
+            chose = f", the watch's threads per step: {counts}" if s == "watch" else ""
             print(f"round {rnd} threads {s}: {n} tokens read in {t:.2f} s (load {os.getloadavg()[0]:.1f}){chose}", flush=True)
     base = statistics.median(res[SETTINGS[0]])
     for s in SETTINGS:
