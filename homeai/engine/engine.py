@@ -441,6 +441,7 @@ class Engine:
                     self.lock.wait(0.05 if held_out else self._idle_timeout())
                     continue
             self._wake_readers()
+            threads = getattr(self.runner, "num_threads", None)  # the core watch may change it in run()
             try:
                 result = self.runner.run(plan)
             except Exception as exc:  # a broken step fails its requests, not the server
@@ -453,6 +454,7 @@ class Engine:
                 continue
             num_failed = 0
             with self.lock:
+                self._follow_threads(threads)
                 self.counters["steps"] += 1
                 self.counters["step_tokens"] += plan.num_tokens
                 try:
@@ -461,6 +463,14 @@ class Engine:
                 except Exception as exc:  # a bug must fail its requests, not silently stop the loop
                     log.exception("step %d could not be recorded", plan.step_id)
                     self._fail(plan, f"internal error: {exc}")
+
+    def _follow_threads(self, before: int | None) -> None:
+        """The step ran with fewer (or more) llama.cpp threads than the one before (the core watch):
+        the scheduler's cost model is told the slowdown at once, as the ratio of the counts, so the
+        next steps are sized for it rather than the ~10 s it takes to learn from the steps."""
+        after = getattr(self.runner, "num_threads", None)
+        if before and after and after != before:
+            self.scheduler.cost.slowed(before / after)
 
     def _idle_timeout(self) -> float:
         now = self.clock()

@@ -103,6 +103,13 @@ class StepCostModel:
             self.xx[i] = [s * keep + xi * xj for s, xj in zip(self.xx[i], x)]
         self._coef = None
 
+    def slowed(self, factor: float) -> None:
+        """Steps run `factor` times slower from now (faster below 1) for a reason known at once: the
+        core watch gave llama.cpp fewer threads because a neighbour took a core. The contention takes
+        it whole, within its bounds, rather than over the ~10 s the steps would take to teach it
+        (RISE); what is off either way the steps then correct as they do any contention."""
+        self.contention = min(max(self.contention * factor, 1.0), MAX_CONTENTION)
+
     def _contend(self, ratio: float) -> None:
         """Follow the steps' slowdown: a step's noise either way moves it alike, a step clearly
         faster than the contention believed (the neighbour left) brings it down at once."""
