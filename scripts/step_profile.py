@@ -33,7 +33,7 @@ from homeai.engine import text as text_mod
 from homeai.engine.engine import create_engine
 from homeai.sched import scheduler as sched_mod
 
-PHASES = ["schedule", "run", "fill", "decode", "sample", "update", "deliver", "piece", "text", "push", "close"]
+PHASES = ["schedule", "run", "fill", "decode", "sample", "update", "deliver", "piece", "text", "push", "close", "wake"]
 
 
 class Timers:
@@ -80,6 +80,7 @@ def instrument(timers: Timers, runner) -> None:
     timers.wrap(text_mod.TextStream, "add", "text")
     timers.wrap(engine_mod.RequestStream, "push", "push")
     timers.wrap(engine_mod.Engine, "_close", "close")
+    timers.wrap(engine_mod, "wake_all", "wake")
 
 
 def one(engine, timers: Timers, prompts, num_tokens: int) -> dict:
@@ -99,7 +100,7 @@ def one(engine, timers: Timers, prompts, num_tokens: int) -> dict:
     row["step_ms"] = ours["seconds"] * 1000 / steps
     row["engine_cpu_ms"] = engine_cpu / steps / 1e6
     row["asyncio_cpu_ms"] = main_cpu / steps / 1e6
-    top = ("schedule", "run", "update", "deliver", "close")
+    top = ("schedule", "run", "update", "deliver", "close", "wake")
     row["loop_cpu_ms"] = row["engine_cpu_ms"] - sum(row[f"{p}_cpu_ms"] for p in top)
     row["raw_step_ms"] = raw["seconds"] * 1000 / raw_steps
     row["raw_cpu_ms"] = raw["cpu_ns"] / raw_steps / 1e6

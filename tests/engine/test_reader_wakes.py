@@ -1,0 +1,70 @@
+"""Asyncio readers are woken once a step while an interactive answer streams, and at most every
+BACKGROUND_WAKE_S while only background answers do (a job reads its answer whole; each wake-up is
+a system call and a turn of the event loop). Every token and the finish still arrive. A scripted
+runner (no model), its steps instant.
+
+Run: .venv/bin/python -m pytest -q tests/engine/test_reader_wakes.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from homeai.engine import engine as engine_mod
+from homeai.engine.engine import Engine, TokenEvent
+from homeai.sched.request import SamplingParams
+from homeai.sched.scheduler import SchedulerLimits
+from lanes import DEFAULT_POLICIES
+from tests.engine.test_engine_accounting import ScriptedModel
+
+TOKENS = 120
+
+
+class SlowSteps(ScriptedModel):
+    """Each step takes a millisecond of wall time, as a small model's decode would."""
+
+    def run(self, plan):
+        import time
+        time.sleep(0.001)
+        return super().run(plan)
+
+
+@pytest.fixture
+def engine():
+    limits = SchedulerLimits(num_cells=4096, num_seqs=8, max_step_tokens=256, embed_max_tokens=512,
+                             embed_max_seqs=8)
+    running = Engine(SlowSteps(), dict(DEFAULT_POLICIES), limits).start()
+    yield running
+    running.stop()
+
+
+def answer_and_wakes(engine: Engine, lane: str, monkeypatch) -> tuple[int, int, int]:
+    """(tokens read, steps run, wake-ups) for one greedy answer of TOKENS tokens on `lane`."""
+    wakes = []
+    real = engine_mod.wake_all
+    monkeypatch.setattr(engine_mod, "wake_all", lambda streams: (wakes.append(len(streams)), real(streams)))
+    steps = engine.counters["steps"]
+
+    async def read():
+        stream = engine.submit(list(range(10, 20)), lane=lane, member="alice",
+                               params=SamplingParams(max_tokens=TOKENS, ignore_eos=True))
+        tokens = [event async for event in stream if isinstance(event, TokenEvent)]
+        assert stream.finished is not None and stream.finished.reason == "length"
+        return len(tokens)
+
+    read_tokens = asyncio.run(asyncio.wait_for(read(), 30))
+    return read_tokens, engine.counters["steps"] - steps, len(wakes)
+
+
+def test_a_chat_reader_is_woken_every_step(engine, monkeypatch):
+    tokens, steps, wakes = answer_and_wakes(engine, "chat", monkeypatch)
+    assert tokens == TOKENS
+    assert wakes >= steps - 2
+
+
+def test_a_background_reader_is_woken_at_most_every_50_ms_and_reads_everything(engine, monkeypatch):
+    tokens, steps, wakes = answer_and_wakes(engine, "summaries", monkeypatch)
+    assert tokens == TOKENS and steps >= TOKENS
+    assert wakes <= steps / 10  # 120 steps of ~1 ms: a wake every 50 ms, and one at the end
