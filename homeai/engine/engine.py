@@ -203,6 +203,7 @@ class Engine:
         self._calls: deque = deque()  # call_in_loop() work, run between steps
         self._to_wake: list[RequestStream] = []  # streams given events, their readers not yet woken
         self._background_woken = 0.0  # when background readers were last woken (`_wake_readers`)
+        self._finished_waiting = False  # a finish among the events not yet woken: its reader waits for it
         self._background_holds = 0  # background_paused() blocks open: only interactive work steps
         self._accepting = True
         self._stop = False
@@ -525,22 +526,24 @@ class Engine:
         if threading.current_thread() is self._thread:
             stream.add(event)
             self._to_wake.append(stream)
+            self._finished_waiting |= isinstance(event, FinishEvent)
         else:
             stream.push(event)
 
     def _wake_readers(self, before_step: bool = False) -> None:
         """Wake the readers of this step's events (on the loop thread: before a decode, an idle wait,
         a call between steps, or the loop's end). Before a step, background readers alone are woken
-        at most every BACKGROUND_WAKE_S: their events wait in their streams meanwhile. A job reads its
+        at most every BACKGROUND_WAKE_S: their tokens wait in their streams meanwhile. A job reads its
         answer whole, and each wake-up costs a system call and the event loop's turn (at one
-        sequence of a tiny model, ~0.05 ms of a 1 ms step); a waiting interactive reader wakes them all."""
+        sequence of a tiny model, ~0.05 ms of a 1 ms step); an interactive reader's event, or any
+        request's finish (a job waiting for it to send the next), wakes them all at once."""
         if not self._to_wake:
             return
         now = time.monotonic()
-        if (before_step and now - self._background_woken < BACKGROUND_WAKE_S
+        if (before_step and now - self._background_woken < BACKGROUND_WAKE_S and not self._finished_waiting
                 and not any(stream.request.interactive for stream in self._to_wake)):
             return
-        streams, self._to_wake = self._to_wake, []
+        streams, self._to_wake, self._finished_waiting = self._to_wake, [], False
         self._background_woken = now
         wake_all(streams)
 

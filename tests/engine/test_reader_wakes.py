@@ -68,3 +68,28 @@ def test_a_background_reader_is_woken_at_most_every_50_ms_and_reads_everything(e
     tokens, steps, wakes = answer_and_wakes(engine, "summaries", monkeypatch)
     assert tokens == TOKENS and steps >= TOKENS
     assert wakes <= steps / 10  # 120 steps of ~1 ms: a wake every 50 ms, and one at the end
+
+
+
+def test_a_finish_wakes_its_background_reader_at_once(engine, monkeypatch):
+    """A job sends its next request when the last one's answer is whole: a background finish is not
+    held back while other work keeps the engine stepping; it is woken before the next step."""
+    real = engine_mod.wake_all
+    woken_at: list[int] = []  # the step count when each wake-up was made
+    monkeypatch.setattr(engine_mod, "wake_all",
+                        lambda streams: (woken_at.append(engine.counters["steps"]), real(streams)))
+    finished_at: list[int] = []
+    engine.on_finish.append(lambda stats: finished_at.append(engine.counters["steps"]))
+
+    async def jobs():
+        long = engine.submit(list(range(10, 20)), lane="summaries", member="bob",
+                             params=SamplingParams(max_tokens=2000, ignore_eos=True))  # keeps the steps going
+        for _ in range(3):  # short background answers, each sent when the one before is whole
+            short = engine.submit(list(range(30, 40)), lane="summaries", member="alice",
+                                  params=SamplingParams(max_tokens=2, ignore_eos=True))
+            assert [event async for event in short][-1].reason == "length"
+        long.abort()
+
+    asyncio.run(asyncio.wait_for(jobs(), 30))
+    shorts = finished_at[:3]  # the long answer was aborted after them
+    assert len(shorts) == 3 and all(step in woken_at for step in shorts), (shorts, woken_at)
