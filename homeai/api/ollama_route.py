@@ -7,7 +7,6 @@ served model: version, tags, ps, show, pull).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -20,6 +19,7 @@ from starlette.exceptions import HTTPException
 
 from homeai.api.auth import current_member
 from homeai.api.errors import ApiError
+from homeai.wire import json_text
 
 log = logging.getLogger("homeai.api")
 
@@ -87,8 +87,9 @@ def ollama_router() -> APIRouter:
 
 
 def line(obj: dict) -> str:
-    """One NDJSON line: compact JSON, non-ASCII text kept as it is."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n"
+    """One NDJSON line: compact JSON, non-ASCII text kept as it is (`json_text`: the ollama package
+    reads lines with httpx, which splits at U+2028 too)."""
+    return json_text(obj) + "\n"
 
 
 def now() -> str:

@@ -222,3 +222,16 @@ def test_fuzzed_audio_frames(server, token):
             still_answers(ws)
 
     run()
+
+
+def test_an_event_is_one_line_whatever_a_client_splits_lines_by(http, asked):
+    """Found by the fuzz: text with U+2028 (or U+0085, U+2029) is valid inside a JSON string and was
+    sent raw, so a client splitting the stream with str.splitlines, or with httpx's line reader (the
+    ollama package's), cut an event in two and could not parse it. Each stays one line now."""
+    text = "lamp\u2028on\x85off\u2029dim"
+    response = http.post(path_of(http, "messages", asked), json={"content": text, "max_tokens": 2})
+    data = [line.removeprefix("data: ") for line in response.text.splitlines() if line.startswith("data: ")]
+    events = [json.loads(d) for d in data if d != "[DONE]"]  # each line parses whole
+    assert events and any(text in json.dumps(e, ensure_ascii=False) for e in events)  # the text came back intact
+    lines = list(httpx._decoders.LineDecoder().decode(response.text))
+    assert all(json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: {"))
