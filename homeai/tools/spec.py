@@ -129,6 +129,8 @@ def check_schema(schema: Any, where: str) -> None:
         raise ToolError(f"not a valid JSON schema: {e.message}", where) from None
     except RecursionError:
         raise ToolError("the schema is nested too deeply", where) from None
+    except OverflowError:  # Python's re, checking a `pattern`: a repetition count over 4,294,967,295
+        raise ToolError("not a valid JSON schema: a pattern's repetition count is too large", where) from None
 
 
 def _validator(schema: dict):
