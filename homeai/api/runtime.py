@@ -164,6 +164,7 @@ class Runtime:
 
     def _engine_died(self, reason: str) -> None:
         self.error = f"the engine stopped: {file_names_only(reason)}"
+        self.admission.engine_error = self.error
         for callback in self.on_fatal:
             callback(self.error)
 

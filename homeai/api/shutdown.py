@@ -3,8 +3,8 @@
 systemd stops (or restarts) homeai with SIGTERM; uvicorn ends its main loop and calls
 `shutdown`, which `GracefulServer` begins with `Runtime.shutdown`:
 
-1. admission closes: a new HTTP request gets 503 `shutting_down` (with Retry-After), a new
-   WebSocket is refused;
+1. admission closes: a new HTTP request gets 503 `shutting_down` (with Retry-After; `engine_stopped`
+   and why, when the engine died), a new WebSocket is refused;
 2. background jobs are told to stop: a running job checkpoints its run as interrupted, and
    the next start resumes it;
 3. requests in flight get `server.shutdown_grace_s` to finish by themselves;
@@ -56,6 +56,7 @@ class Admission:
     def __init__(self):
         self.draining = False
         self.num_inflight = 0
+        self.engine_error: str | None = None  # why the engine died, once it has: said to each refusal
 
     async def wait_idle(self, timeout_s: float) -> bool:
         """Wait until no request is in flight, at most `timeout_s`; whether none is."""
@@ -78,14 +79,21 @@ class AdmissionMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         if self.admission.draining:
-            refusal = ApiError(503, "the server is shutting down; retry in a moment", code="shutting_down",
-                               headers={"Retry-After": "5", "Connection": "close"})
+            refusal = _refusal(self.admission)
             return await error_response(refusal)(scope, receive, send)
         self.admission.num_inflight += 1
         try:
             await self.app(scope, receive, send)
         finally:
             self.admission.num_inflight -= 1
+
+
+def _refusal(admission: Admission) -> ApiError:
+    """A request's answer while draining: the engine's death when that is why, else the stop."""
+    headers = {"Retry-After": "5", "Connection": "close"}
+    if admission.engine_error is not None:
+        return ApiError(503, admission.engine_error, code="engine_stopped", headers=headers)
+    return ApiError(503, "the server is shutting down; retry in a moment", code="shutting_down", headers=headers)
 
 
 class GracefulServer(uvicorn.Server):

@@ -149,7 +149,10 @@ def ask_until_it_dies(http: httpx.Client) -> httpx.Response:
         except httpx.TransportError:
             break
         if answers[-1].status_code != 500:
-            assert answers[-1].status_code == 503 and answers[-1].json()["error"]["code"] == "engine_stopped"
+            # refused by the engine, or by the server draining after its death: either says why
+            error = answers[-1].json()["error"]
+            assert answers[-1].status_code == 503 and error["code"] == "engine_stopped", error
+            assert "steps in a row failed" in error["message"], error
             break
     return answers[0]
 
@@ -201,3 +204,21 @@ def test_a_stop_that_hangs_after_the_engine_died_is_cut_short(monkeypatch):
     server.fatal("the engine stopped: test")
     assert server.should_exit and server.exit_code == EXIT_ENGINE_DIED
     assert wait_for(lambda: exits, timeout=10) == [EXIT_ENGINE_DIED]
+
+
+def test_a_request_arriving_while_the_server_drains_after_the_engine_died_is_told_why():
+    from starlette.testclient import TestClient
+
+    from homeai.api.shutdown import Admission, AdmissionMiddleware
+
+    async def app(scope, receive, send):
+        raise AssertionError("a request got past a draining server")
+
+    admission = Admission()
+    admission.draining = True
+    client = TestClient(AdmissionMiddleware(app, admission))
+    assert client.get("/healthz").json()["error"]["code"] == "shutting_down"  # a plain stop
+    admission.engine_error = "the engine stopped: 8 steps in a row failed"
+    refused = client.post("/v1/chat/completions", json=chat("Hi."))
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    assert refused.json()["error"] | {"code": "engine_stopped", "message": admission.engine_error} == refused.json()["error"]
