@@ -406,6 +406,8 @@ class Runner:
                                   n_seq_max=cfg.embed_n_seq_max, n_threads=threads, embeddings=True,
                                   flash_attn=_flash_attn(cfg))
         self.embed_memory = ll.llama_get_memory(self.embed_ctx)
+        self._contexts = {Pool.MAIN: self.ctx, Pool.INTERACTIVE: self.ictx, Pool.EMBED: self.embed_ctx}
+        self._memories = {Pool.MAIN: self.memory, Pool.INTERACTIVE: self.imemory, Pool.EMBED: self.embed_memory}
         self.batch = _Batch(cfg.n_batch)
         self.embed_batch = _Batch(cfg.embed_n_ctx)
         self.samplers: dict[str, _Sampling] = {}  # per request in flight, kept across preemption
@@ -539,10 +541,10 @@ class Runner:
             self.num_threads = threads
 
     def _context(self, pool: Pool):
-        return {Pool.MAIN: self.ctx, Pool.INTERACTIVE: self.ictx, Pool.EMBED: self.embed_ctx}[pool]
+        return self._contexts[pool]
 
     def _memory(self, pool: Pool):
-        return {Pool.MAIN: self.memory, Pool.INTERACTIVE: self.imemory, Pool.EMBED: self.embed_memory}[pool]
+        return self._memories[pool]
 
     def _generate(self, plan: StepPlan, result: StepResult) -> None:
         decoded = []  # (pool, items, rows) decoded so far
