@@ -107,6 +107,7 @@ class RequestStream:
         self.text = TextStream(request.params.stop)
         self._items: deque = deque()
         self._cond = threading.Condition()
+        self._sleepers = 0  # plain threads waiting in `__iter__`: only they need the condition notified
         self._loop = loop
         self._wakeup = asyncio.Event() if loop else None
         self.finished: FinishEvent | None = None
@@ -122,14 +123,19 @@ class RequestStream:
             self._loop.call_soon_threadsafe(self._wakeup.set)
 
     def add(self, event) -> None:
-        """Queue an event; a plain thread's reader wakes now, an asyncio reader when `wake_all` says."""
-        with self._cond:
-            self._items.append(event)
-            self._cond.notify_all()
+        """Queue an event; a plain thread's reader wakes now, an asyncio reader when `wake_all` says.
+        (The event is queued before the sleepers are counted, and a sleeper is counted before it
+        looks at the queue, so no wake-up is lost without taking the lock for every token.)"""
+        self._items.append(event)
+        if self._sleepers:
+            with self._cond:
+                self._cond.notify_all()
 
     def _pop(self):
-        with self._cond:
-            return self._items.popleft() if self._items else None
+        try:
+            return self._items.popleft()
+        except IndexError:
+            return None
 
     def __aiter__(self):
         return self
@@ -147,7 +153,11 @@ class RequestStream:
     def __iter__(self):
         while not self._done_reading():
             with self._cond:
-                self._cond.wait_for(lambda: self._items, timeout=1.0)
+                self._sleepers += 1
+                try:
+                    self._cond.wait_for(lambda: self._items, timeout=1.0)
+                finally:
+                    self._sleepers -= 1
             item = self._pop()
             if item is not None:
                 yield self._seen(item)
@@ -201,9 +211,10 @@ class Engine:
         self.member_prompt_cache: dict[tuple[str, str], PromptCacheUse] = {}  # per (lane, member): a member's own
         self._ids = itertools.count()
         self._calls: deque = deque()  # call_in_loop() work, run between steps
-        self._to_wake: list[RequestStream] = []  # streams given events, their readers not yet woken
+        self._to_wake: dict[RequestStream, None] = {}  # streams given events, their readers not yet woken (each once)
         self._background_woken = 0.0  # when background readers were last woken (`_wake_readers`)
         self._finished_waiting = False  # a finish among the events not yet woken: its reader waits for it
+        self._interactive_waiting = False  # an interactive reader's event among them: it is woken at once
         self._background_holds = 0  # background_paused() blocks open: only interactive work steps
         self._accepting = True
         self._stop = False
@@ -525,8 +536,9 @@ class Engine:
         another thread (an abort, `stop()`), at once."""
         if threading.current_thread() is self._thread:
             stream.add(event)
-            self._to_wake.append(stream)
+            self._to_wake[stream] = None
             self._finished_waiting |= isinstance(event, FinishEvent)
+            self._interactive_waiting |= stream.request.interactive
         else:
             stream.push(event)
 
@@ -541,9 +553,10 @@ class Engine:
             return
         now = time.monotonic()
         if (before_step and now - self._background_woken < BACKGROUND_WAKE_S and not self._finished_waiting
-                and not any(stream.request.interactive for stream in self._to_wake)):
+                and not self._interactive_waiting):
             return
-        streams, self._to_wake, self._finished_waiting = self._to_wake, [], False
+        streams, self._to_wake = list(self._to_wake), {}
+        self._finished_waiting = self._interactive_waiting = False
         self._background_woken = now
         wake_all(streams)
 
