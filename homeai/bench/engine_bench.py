@@ -1,16 +1,19 @@
 """`homeai bench engine`: decode throughput of the engine beside a raw low-level loop, and planning cost.
 
-Run: `homeai bench engine [--seqs 1,4,8,16] [--tokens 64]`. Both sides decode the same prompts
+Run: `homeai bench engine [--seqs 1,4,8,16] [--tokens 64] [--rounds 3]`. Both sides decode the same prompts
 on the same loaded model in the same run, greedy, past end-of-generation, so the ratio measures
 what the scheduler, the engine thread and the streams cost; the overhead is that cost per step
 (the engine's seconds less the raw loop's, over the tokens each sequence decodes), in
-milliseconds. The engine's seconds start at its first admission, after the lane's batching window. The engine side runs on a background lane, which takes every sequence at once as
+milliseconds. The engine's seconds start at its first admission, after the lane's batching window.
+Each row alternates the two `--rounds` times and reports medians (and each round's ratio), as does
+the planning cost: single runs on a shared box spread too far to compare. The engine side runs on a background lane, which takes every sequence at once as
 the raw loop does (an interactive lane admits only as many as keep their reading pace).
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 
 from homeai.bench.raw_loop import raw_batched_decode
@@ -42,16 +45,21 @@ async def _engine_run(engine: Engine, prompts: list[list[int]], num_tokens: int)
     return {"seconds": elapsed - window, "window_s": window, "tokens": sum(f.stats.output_tokens for _, f in texts)}
 
 
-def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress=None) -> list[dict]:
+def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress=None, rounds: int = 1) -> list[dict]:
+    """A row per sequence count: the engine and the raw loop, alternating, `rounds` times; the
+    medians (a shared box's noise moves single runs by +-0.1 of the ratio at one sequence)."""
     rows = []
     for n in seqs:
         prompts = _prompts(engine.runner, n)
-        ours = asyncio.run(_engine_run(engine, prompts, num_tokens))
-        raw = engine.call_in_loop(lambda runner: _raw_between_steps(engine, runner, prompts, num_tokens))
-        rows.append({"seqs": n, "homeai_tok_s": ours["tokens"] / ours["seconds"],
-                     "raw_tok_s": raw["tokens"] / raw["seconds"],
-                     "ratio": (ours["tokens"] / ours["seconds"]) / (raw["tokens"] / raw["seconds"]),
-                     "overhead_ms": (ours["seconds"] - raw["seconds"]) / num_tokens * 1000})
+        runs = []
+        for _ in range(rounds):
+            ours = asyncio.run(_engine_run(engine, prompts, num_tokens))
+            raw = engine.call_in_loop(lambda runner: _raw_between_steps(engine, runner, prompts, num_tokens))
+            runs.append({"homeai_tok_s": ours["tokens"] / ours["seconds"], "raw_tok_s": raw["tokens"] / raw["seconds"],
+                         "ratio": (ours["tokens"] / ours["seconds"]) / (raw["tokens"] / raw["seconds"]),
+                         "overhead_ms": (ours["seconds"] - raw["seconds"]) / num_tokens * 1000})
+        rows.append({"seqs": n, **{k: statistics.median(r[k] for r in runs) for k in runs[0]},
+                     "ratios": [r["ratio"] for r in runs]})
         if progress:
             progress(rows[-1])
     return rows
@@ -99,10 +107,10 @@ def _fake(plan) -> StepResult:
 
 
 def report(rows: list[dict], plan_cost: dict) -> str:
-    lines = ["| sequences | homeai tok/s | raw loop tok/s | homeai / raw | overhead ms/step |",
-             "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['seqs']} | {r['homeai_tok_s']:.1f} | {r['raw_tok_s']:.1f} | {r['ratio']:.2f} | {r['overhead_ms']:.3f} |"
-              for r in rows]
+    lines = ["| sequences | homeai tok/s | raw loop tok/s | homeai / raw | overhead ms/step | each round's ratio |",
+             "|---:|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['seqs']} | {r['homeai_tok_s']:.1f} | {r['raw_tok_s']:.1f} | {r['ratio']:.2f} | {r['overhead_ms']:.3f}"
+              f" | {' '.join(f'{x:.2f}' for x in r['ratios'])} |" for r in rows]
     lines.append("")
     lines.append(f"scheduler planning: {plan_cost['ms_per_step']:.3f} ms per step with "
                  f"{plan_cost['waiting']} waiting and {plan_cost['running']} running")

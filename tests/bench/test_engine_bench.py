@@ -17,11 +17,12 @@ def _answer(engine, prompt: list[int]) -> str:
 
 
 def test_rows_and_report(make_engine):
-    rows = engine_throughput(make_engine(), [1, 3], 4)
+    rows = engine_throughput(make_engine(), [1, 3], 4, rounds=3)
     assert [r["seqs"] for r in rows] == [1, 3]
     assert all(r["homeai_tok_s"] > 0 and r["raw_tok_s"] > 0 for r in rows)
+    assert all(len(r["ratios"]) == 3 and r["ratio"] == sorted(r["ratios"])[1] for r in rows)  # the median of three
     text = report(rows, planning_cost(num_waiting=16, num_running=8, steps=5))
-    assert "| 3 |" in text and "scheduler planning" in text
+    assert "| 3 |" in text and "scheduler planning" in text and f"{rows[0]['ratios'][2]:.2f} |" in text
     assert "overhead ms/step" in text and all(r["overhead_ms"] == r["overhead_ms"] for r in rows)  # a number, not NaN
 
 
