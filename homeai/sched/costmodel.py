@@ -25,6 +25,7 @@ after a long idle, are learnt from as they come: the prior is a guess, not a mac
 
 from __future__ import annotations
 
+from operator import add
 from typing import NamedTuple
 
 NAMES = ("base", "per_token", "per_token_per_kcell", "per_output")  # a, b, c, d
@@ -143,20 +144,21 @@ class StepCostModel:
 
     def _fit(self) -> tuple[float, ...]:
         """Least squares with the coefficients the data would push out of bounds held at the bound.
-        (Asked once a step: the sums are added up once, and each solve is the same arithmetic
-        in the same order as ever, so the fit is the same to the last bit.)"""
+        (Asked once a step, so kept lean: the sums are added up once, and each solve works in place
+        on rows that end with their right-hand side. Every solve is the same arithmetic in the
+        same order as ever, so the fit is the same to the last bit: tests/sched/test_costmodel.py
+        compares it with the plain form over many histories.)"""
         n = len(self.prior)
-        a_all = [[x + r for x, r in zip(xx_row, ridge_row)] for xx_row, ridge_row in zip(self.xx, self._ridge)]
-        y_all = [x + r for x, r in zip(self.xy, self._ridge_y)]
+        whole = []  # the sums and the prior's, each row ending with its x·y
+        for xx_row, ridge_row, xy, ridge_y in zip(self.xx, self._ridge, self.xy, self._ridge_y):
+            row = list(map(add, xx_row, ridge_row))
+            row.append(xy + ridge_y)
+            whole.append(row)
         coef = [0.0] * n  # a fixed coefficient holds its bound
         free, fixed = list(range(n)), []  # fixed: in the order they were fixed
+        rows = [row[:] for row in whole]  # every coefficient free: the sums as they are
         while True:
-            if fixed:
-                a = [[a_all[i][j] for j in free] for i in free]
-                y = [y_all[i] - _sum_products(a_all[i], coef, fixed) for i in free]
-            else:  # every coefficient free: the sums as they are (less a sum of nothing, 0: the same)
-                a, y = a_all, y_all
-            sol = _solve(a, y)
+            sol = _solve(rows)
             if sol is None:
                 return self.prior
             for i, value in zip(free, sol):
@@ -170,6 +172,7 @@ class StepCostModel:
             free = [i for i in free if i not in out]
             if not free:
                 return tuple(coef)
+            rows = [_held(whole[i], free, coef, fixed) for i in free]
 
     def predict_ms(self, x: StepShape) -> float:
         return _dot(self.coefficients, x)
@@ -204,10 +207,17 @@ def _sum_products(row: list[float], coef: list[float], fixed: list[int]):
     return total
 
 
-def _solve(a: list[list[float]], y: list[float]) -> list[float] | None:
-    """Gaussian elimination with partial pivoting (the first largest pivot); None when singular."""
-    n = len(y)
-    m = [row + [y[i]] for i, row in enumerate(a)]
+def _held(row: list[float], free: list[int], coef: list[float], fixed: list[int]) -> list[float]:
+    """A row of the sums over the free coefficients, the fixed ones' part taken from its right-hand side."""
+    held = [row[j] for j in free]
+    held.append(row[-1] - _sum_products(row, coef, fixed))
+    return held
+
+
+def _solve(m: list[list[float]]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting (the first largest pivot) of the rows `m`, each
+    ending with its right-hand side (changed in place); None when singular."""
+    n = len(m)
     for col in range(n):
         pivot, largest = col, abs(m[col][col])
         for r in range(col + 1, n):
@@ -219,8 +229,7 @@ def _solve(a: list[list[float]], y: list[float]) -> list[float] | None:
         m[col], m[pivot] = m[pivot], m[col]
         top = m[col]
         rest = range(col + 1, n + 1)  # column `col` itself is never read again below the pivot
-        for r in range(col + 1, n):
-            row = m[r]
+        for row in m[col + 1:]:
             f = row[col] / top[col]
             for k in rest:
                 row[k] -= f * top[k]

@@ -135,12 +135,20 @@ class Pacing:
         return min(max(int(budget * self.shrink), num_decoding + 1), self.max_step_tokens)
 
     def readers(self, running: list[Request], targets: dict[str, float], layout: ReaderShapes) -> Readers:
-        readers = [r for r in running if r.interactive]
-        background = [r for r in running if not r.interactive]
-        return Readers(len(readers), min((r.priority for r in readers), default=0),
-                       min((targets[r.lane] for r in readers), default=math.inf),
-                       sum(map(self.typical_cells, readers)), sum(1 for r in background if r.is_decoding),
-                       sum(layout.background_cells(r) for r in background))
+        """The running set as admission costs it (one pass: asked each step a prompt waits)."""
+        n = cells = background = background_cells = 0
+        priority: int | None = None
+        target = math.inf
+        for r in running:
+            if r.interactive:
+                n += 1
+                priority = r.priority if priority is None else min(priority, r.priority)
+                target = min(target, targets[r.lane])
+                cells += self.typical_cells(r)
+            else:
+                background += r.is_decoding
+                background_cells += layout.background_cells(r)
+        return Readers(n, 0 if priority is None else priority, target, cells, background, background_cells)
 
     def readers_keep_pace(self, cost: StepCostModel, readers: Readers, request: Request, target_ms: float,
                           layout: ReaderShapes) -> bool:

@@ -192,3 +192,11 @@ def item(request: Request, n: int) -> ScheduledItem:
     token = forced[len(request.output_tokens)] if sample and forced is not None else None
     return ScheduledItem(request.request_id, Kind.GENERATE, request.seq_id, start,
                          request.tokens_slice(start, start + n), sample, request.params, token)
+
+
+def decode_item(request: Request) -> ScheduledItem:
+    """`item(request, 1)` of a sequence decoding (one a sequence a step): its last output token,
+    sampled after."""
+    output, forced = request.output_tokens, request.params.forced_tokens
+    return ScheduledItem(request.request_id, Kind.GENERATE, request.seq_id, request.num_computed_tokens, output[-1:],
+                         True, request.params, forced[len(output)] if forced is not None else None)

@@ -47,7 +47,7 @@ from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.fairshare import FairShare
 from homeai.sched.layout import cache_layout
 from homeai.sched.pacing import Pacing
-from homeai.sched.placement import Placement, item
+from homeai.sched.placement import Placement, decode_item
 from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult
 from homeai.sched.policy import HOMEAI, Policy
 from homeai.sched.pools import GENERATE, KVPools, Pool, PromptCache
@@ -297,9 +297,15 @@ class Scheduler:
         """The fewest prompt tokens left to read of an interactive request whose member has no
         answer decoding (a member's question, read first beside another member's readers); None:
         there is none. The waiting ones' are kept per pair (`WaitingQueues.shortest_fresh`)."""
-        decoding = {r.member for r in self.running if r.interactive and r.output_tokens}
-        left = [r.num_remaining for r in self.running if r.interactive and not r.output_tokens
-                and r.member not in decoding]
+        decoding: set[str] = set()  # members with an answer decoding
+        reading: list[Request] = []  # interactive sequences with no output yet
+        for r in self.running:
+            if r.interactive:
+                if r.output_tokens:
+                    decoding.add(r.member)
+                else:
+                    reading.append(r)
+        left = [r.num_remaining for r in reading if r.member not in decoding]
         for lane, pairs in self.queues.pairs.items():
             if self.policies[lane].interactive:
                 left += [n for member in pairs if member not in decoding
@@ -317,29 +323,31 @@ class Scheduler:
         moment = Moment(now, self.cost, cutoffs, Admissions())
         self.admission.rebalance(moment, self._preempt)
         decoding_now = moment.running(self.pools)[0]
-        decoding = [r for r in decoding_now if r.interactive] + [r for r in decoding_now if not r.interactive]
+        readers = [r for r in decoding_now if r.interactive]
+        decoding = readers + [r for r in decoding_now if not r.interactive]  # interactive first
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
-        held = any(r.held for r in decoding if r.interactive)
+        held = any(r.held for r in readers)
         overdue = frozenset() if held else self.share.overdue(moment.reading(self.pools), self.waiting, now)
         began_idle = not self.running
         prompt = self.admission.prompt_can_go(moment)
-        background = sum(1 for r in decoding if not r.interactive)
+        background = len(decoding) - len(readers)
         deferred = 0
         # Interactive lanes with a cache of their own take whole steps while one of them reads a
         # prompt or writes a held output: background decodes would cost a second decode call each step.
         if (prompt or held) and self.layout.background_decodes_wait(self.share, background, self.cost.call_tokens()):
-            decoding, deferred = [r for r in decoding if r.interactive], background
-        for r in decoding:
-            plan.batches[r.pool].append(item(r, 1))
-        cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
-        for r in self.running:
-            cells[r.pool] += r.num_computed_tokens
-            plan.context_cells += r.num_computed_tokens
+            decoding, deferred = readers, background
         num_decoding = dict.fromkeys(GENERATE, 0)
         for r in decoding:
+            plan.batches[r.pool].append(decode_item(r))
             num_decoding[r.pool] += 1
-        lanes = {r.lane for r in decoding if r.interactive}
+        cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
+        context = 0
+        for r in self.running:
+            cells[r.pool] += r.num_computed_tokens
+            context += r.num_computed_tokens
+        plan.context_cells += context
+        lanes = {r.lane for r in readers}
         pace = self.pacing.pace(self.cost, min(self.policies[lane].itl_target_ms for lane in lanes)) if lanes else None
         lone = not decoding_now
         decodes = plan.cost_shape(cells)

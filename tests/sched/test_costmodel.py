@@ -120,3 +120,73 @@ def test_what_was_learnt_fades_with_time():
         m.observe(StepShape(1, 1, 0.0, 1), 20.0, now + gap)  # one step, slower than learnt
     # After an hour idle the earlier steps count for little: the new one moves the fit far more.
     assert idle.machine[0] > 1.2 * busy.machine[0]
+
+
+def _plain_fit(model):
+    """The fit written plainly (as it was before it was made lean): the sums added to the prior's,
+    each solve on fresh copies, the right-hand sides kept apart."""
+    n = len(model.prior)
+    a_all = [[x + r for x, r in zip(xx_row, ridge_row)] for xx_row, ridge_row in zip(model.xx, model._ridge)]
+    y_all = [x + r for x, r in zip(model.xy, model._ridge_y)]
+    coef, free, fixed = [0.0] * n, list(range(n)), []
+    while True:
+        a = [[a_all[i][j] for j in free] for i in free]
+        y = [y_all[i] - _added(a_all[i][k] * coef[k] for k in fixed) for i in free]
+        sol = _plain_solve(a, y)
+        if sol is None:
+            return model.prior
+        for i, value in zip(free, sol):
+            coef[i] = value
+        out = [i for i in free if not FLOOR[i] <= coef[i] <= CEILING[i]]
+        if not out:
+            return tuple(coef)
+        for i in out:
+            coef[i] = FLOOR[i] if coef[i] < FLOOR[i] else CEILING[i]
+        fixed += out
+        free = [i for i in free if i not in out]
+        if not free:
+            return tuple(coef)
+
+
+def _added(terms):
+    """The terms added up in order from 0 (as `sum` did before Python 3.12 compensated it)."""
+    total = 0
+    for term in terms:
+        total = total + term
+    return total
+
+
+def _plain_solve(a, y):
+    n = len(y)
+    m = [row + [y[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))  # the first largest
+        if abs(m[pivot][col]) < 1e-12:
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(col + 1, n):
+            f = m[r][col] / m[col][col]
+            for k in range(col, n + 1):
+                m[r][k] -= f * m[col][k]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (m[r][n] - _added(m[r][k] * x[k] for k in range(r + 1, n))) / m[r][r]
+    return x
+
+
+def test_the_fit_is_the_plain_least_squares_to_the_last_bit():
+    """The fit asked each step is kept lean; it must stay the same arithmetic as the plain form
+    (the simulated benchmarks' JSON and the scheduler's trace depend on every bit)."""
+    solves = set()
+    for seed in range(40):
+        rng, model, now = random.Random(seed), StepCostModel(), 0.0
+        true = (rng.uniform(0.01, 50), rng.uniform(0.001, 10), rng.uniform(0, 3), rng.uniform(0, 3))
+        for _ in range(rng.randint(1, 300)):
+            n, prompt = rng.choice([1, 1, 2, 4, 16, 64]), rng.choice([0, 0, rng.randint(1, 500)])
+            shape = StepShape(rng.choice([1, 1, 2]), n + prompt, (n + prompt) * rng.randint(0, 60000) / 1000, n)
+            now += rng.uniform(0, 30) if rng.random() < 0.05 else 0.001
+            model.observe(shape, sum(c * x for c, x in zip(true, shape)) * rng.uniform(0.5, 3) * rng.choice([1, 1, 5]), now)
+            fit = model._fit()
+            assert repr(fit) == repr(_plain_fit(model))
+            solves.add(sum(1 for c, lo, hi in zip(fit, FLOOR, CEILING) if c in (lo, hi)))
+    assert len(solves) >= 2  # histories with coefficients held at a bound and without
