@@ -88,6 +88,16 @@ class StepPlan:
                 calls, tokens, attention = calls + 1, tokens + n, attention + n * cells[pool]
         return StepShape(calls, tokens, attention / 1000.0, outputs)
 
+    @staticmethod
+    def decodes_shape(num_decoding: dict[Pool, int], cells: dict[Pool, int]) -> StepShape:
+        """`cost_shape` of a plan of decodes alone, `num_decoding` per pool (a token each, each
+        sampled), counted without a pass over the items."""
+        calls = tokens = attention = 0
+        for pool, n in num_decoding.items():
+            if n:
+                calls, tokens, attention = calls + 1, tokens + n, attention + n * cells[pool]
+        return StepShape(calls, tokens, attention / 1000.0, tokens)
+
     @property
     def idle(self) -> bool:
         """Nothing to run and nothing to drop: the loop may wait."""

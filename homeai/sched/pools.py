@@ -138,18 +138,18 @@ class KVPools:
         cells of its pool cover them all: nothing is evicted or preempted then, so this is what
         `grow` one at a time would do, without asking who would give way. False, with nothing
         done, when they do not (`grow` them one at a time)."""
-        need: dict[Pool, int] = {}
-        grown: list[tuple[KVManager, int, int]] = []
+        wants: dict[Pool, list[tuple[int, int]]] = {}
         for r in requests:
-            kv = self.kv[r.pool]
-            extra = r.num_computed_tokens + 1 - kv.length(r.seq_id)
-            if extra > 0:
-                need[r.pool] = need.get(r.pool, 0) + extra
-                grown.append((kv, r.seq_id, extra))
-        if any(n > self.kv[pool].num_free_cells for pool, n in need.items()):
-            return False
-        for kv, seq_id, extra in grown:
-            kv.add(seq_id, extra)
+            wants.setdefault(r.pool, []).append((r.seq_id, r.num_computed_tokens + 1))
+        grown: list[tuple[KVManager, list[tuple[int, int]]]] = []
+        for pool, pool_wants in wants.items():
+            kv = self.kv[pool]
+            lack, total = kv.lacking(pool_wants)
+            if total > kv.num_free_cells:
+                return False
+            grown.append((kv, lack))
+        for kv, lack in grown:
+            kv.add_each(lack)
         return True
 
     def victim(self, pool: Pool | None = None, spare: Spare | None = None) -> Request | None:

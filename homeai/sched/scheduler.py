@@ -350,7 +350,7 @@ class Scheduler:
         lanes = {r.lane for r in readers}
         pace = self.pacing.pace(self.cost, min(self.policies[lane].itl_target_ms for lane in lanes)) if lanes else None
         lone = not decoding_now
-        decodes = plan.cost_shape(cells)
+        decodes = plan.decodes_shape(num_decoding, cells)  # the plan holds its decodes alone so far
         aim = self._aim(pace, lone, held, decodes, cells)
         step = Step(**vars(moment), overdue=overdue, began_idle=began_idle, prompt=prompt, cells=cells,
                     num_decoding=num_decoding, decodes=decodes, deferred=deferred, pace=pace, aim=aim, lone=lone,
