@@ -32,8 +32,11 @@ LIMITS = SchedulerLimits(num_cells=65536, num_seqs=32, max_step_tokens=512, embe
                          embed_max_seqs=64, interactive_cells=32768, prompt_cache=True)
 
 
+SEVEN = Sample(7)  # every row samples token 7 (a sample is immutable: one serves them all)
+
+
 def _fake(plan) -> StepResult:
-    return StepResult(samples={i.request_id: Sample(7) for i in plan.generating if i.sample}, elapsed_ms=1.0)
+    return StepResult(samples={i.request_id: SEVEN for i in plan.generating if i.sample}, elapsed_ms=1.0)
 
 
 def steady(lane: str, num_running: int) -> tuple[Scheduler, float]:

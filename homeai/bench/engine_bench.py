@@ -101,9 +101,12 @@ def planning_cost(num_waiting: int = 256, num_running: int = 64, steps: int = 20
             "ms_per_step": per_step * 1000}
 
 
+_SEVEN = Sample(7)  # every row samples token 7 (a sample is immutable: one serves them all)
+
+
 def _fake(plan) -> StepResult:
     ms = sum(c * x for c, x in zip(PROFILES["gpu-consumer-8b"], plan.shape))
-    return StepResult(samples={i.request_id: Sample(7) for i in plan.generating if i.sample}, elapsed_ms=ms)
+    return StepResult(samples={i.request_id: _SEVEN for i in plan.generating if i.sample}, elapsed_ms=ms)
 
 
 def report(rows: list[dict], plan_cost: dict) -> str:

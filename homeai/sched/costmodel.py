@@ -25,7 +25,7 @@ after a long idle, are learnt from as they come: the prior is a guess, not a mac
 
 from __future__ import annotations
 
-from operator import add
+from operator import add, mul
 from typing import NamedTuple
 
 NAMES = ("base", "per_token", "per_token_per_kcell", "per_output")  # a, b, c, d
@@ -57,7 +57,7 @@ class StepShape(NamedTuple):
     outputs: int = 0
 
     def plus(self, other: "StepShape") -> "StepShape":
-        return StepShape(*(a + b for a, b in zip(self, other)))
+        return StepShape(*map(add, self, other))
 
 
 class StepCostModel:
@@ -196,7 +196,7 @@ class StepCostModel:
 
 
 def _dot(coefficients: tuple[float, ...], x: StepShape) -> float:
-    return sum(c * xi for c, xi in zip(coefficients, x))
+    return sum(map(mul, coefficients, x))  # c * xi for each, added in order (asked several times a step)
 
 
 def _sum_products(row: list[float], coef: list[float], fixed: list[int]):
