@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python scripts/sched_step_cost.py [--seqs 1,4,16] [--lanes summaries,chat]
                                                           [--steps 2000] [--reps 5] [--profile LANE:N]
-                                                          [--planning]
+                                                          [--planning] [--cached N]
 
 No model: the runner is a fake that samples token 7 for every row. Each case admits N requests
 of one lane (a background lane, as `homeai bench engine` uses, or an interactive one), reads
@@ -10,7 +10,8 @@ their prompts, then times `steps` steps of steady decoding: every step one token
 as the engine's steady state at N sequences. The limits are the engine's defaults with the
 two caches of a GPU's context (65,536 cells, 32,768 for the interactive lanes: sixteen sequences
 decode 2,000 steps without filling them, so no step preempts; 32 sequence ids; n_batch 512; the
-prompt cache on). Prints the median over `reps` of
+prompt cache on: `--cached N` leaves N earlier one-token answers' prefixes in it first, as the
+engine has after a few answers, each looked at by the cache's expiry every step). Prints the median over `reps` of
 the mean milliseconds per step (wall clock, perf_counter), and with `--planning` the medians
 of `homeai.bench.engine_bench.planning_cost()` (256 waiting, 64 running). `--profile chat:1`
 prints a cProfile of that case instead.
@@ -39,19 +40,28 @@ def _fake(plan) -> StepResult:
     return StepResult(samples={i.request_id: SEVEN for i in plan.generating if i.sample}, elapsed_ms=1.0)
 
 
-def steady(lane: str, num_running: int) -> tuple[Scheduler, float]:
-    """A scheduler with `num_running` sequences of `lane` decoding, and its clock."""
+def steady(lane: str, num_running: int, num_cached: int = 0) -> tuple[Scheduler, float]:
+    """A scheduler with `num_running` sequences of `lane` decoding, and its clock; `num_cached`
+    earlier requests' prefixes in the prompt cache (as the engine has after a few answers)."""
     sched = Scheduler(dict(DEFAULT_POLICIES), LIMITS)
+    now = 1.0
+    for i in range(num_cached):  # one-token answers to distinct prompts: each leaves an entry
+        prompt = [(i * 71 + k) % 1000 + 1010 for k in range(40)]
+        sched.add_request(Request(f"c{i}", lane, f"m{i % 3}", prompt, 0.0, params=SamplingParams(max_tokens=1)))
+    while sched.requests:
+        plan = sched.schedule(now)
+        sched.update(plan, _fake(plan), now)
+        now += 0.001
     for i in range(num_running):
         prompt = [(i * 131 + k) % 1000 + 10 for k in range(40)]
         sched.add_request(Request(f"r{i}", lane, f"m{i % 3}", prompt, 0.0,
                                   params=SamplingParams(temperature=0, max_tokens=1_000_000, ignore_eos=True)))
-    now = 1.0
     for _ in range(50):  # past every window, all prompts read, every sequence decoding
         plan = sched.schedule(now)
         sched.update(plan, _fake(plan), now)
         now += 0.001
     assert len(sched.running) == num_running and all(r.is_decoding for r in sched.running), "not steady"
+    assert sum(len(c) for c in sched.pools.cache.values()) == num_cached, "an entry went"
     return sched, now
 
 
@@ -63,8 +73,8 @@ def run_steps(sched: Scheduler, now: float, steps: int) -> float:
     return now
 
 
-def ms_per_step(lane: str, num_running: int, steps: int) -> float:
-    sched, now = steady(lane, num_running)
+def ms_per_step(lane: str, num_running: int, steps: int, num_cached: int = 0) -> float:
+    sched, now = steady(lane, num_running, num_cached)
     start = time.perf_counter()
     run_steps(sched, now, steps)
     elapsed = time.perf_counter() - start
@@ -80,17 +90,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", help="LANE:N: print a cProfile of that case")
     ap.add_argument("--planning", action="store_true", help="also planning_cost() (256 waiting, 64 running)")
+    ap.add_argument("--cached", type=int, default=0, help="earlier requests' prefixes in the prompt cache")
     args = ap.parse_args()
     if args.profile:
         lane, n = args.profile.split(":")
-        sched, now = steady(lane, int(n))
+        sched, now = steady(lane, int(n), args.cached)
         prof = cProfile.Profile()
         prof.runcall(run_steps, sched, now, args.steps)
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return
     for lane in args.lanes.split(","):
         for n in map(int, args.seqs.split(",")):
-            runs = [ms_per_step(lane, n, args.steps) for _ in range(args.reps)]
+            runs = [ms_per_step(lane, n, args.steps, args.cached) for _ in range(args.reps)]
             print(f"{lane:10s} {n:3d} running: {statistics.median(runs):.4f} ms/step "
                   f"(runs {', '.join(f'{r:.4f}' for r in runs)})")
     if args.planning:

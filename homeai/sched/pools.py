@@ -25,7 +25,6 @@ the wait for a prefix another request is still reading all follow that rule.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -216,9 +215,11 @@ class KVPools:
         for pool, cache in self.cache.items():
             if not cache.entries:
                 continue
-            held = Counter(e.member for e in cache.entries.values())
+            held = cache.members()
             odds = {m: self.settings.reuse_odds / (1 if self.settings.shared else n) for m, n in held.items()}
-            for entry in cache.stale(lambda e: odds[e.member] * (b_over_c + len(e.tokens) / 2)):
+            stale = [e for e in cache.entries.values()  # computed beside for more than they would save
+                     if cache.work - e.work_at_use > odds[e.member] * (b_over_c + len(e.tokens) / 2)]
+            for entry in stale:
                 self._evict(pool, entry)
 
     def drop_cached(self) -> None:

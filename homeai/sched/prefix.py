@@ -24,6 +24,7 @@ of block-sized fragments, which a cache of a few dozen sequence ids never has.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +67,7 @@ class PrefixCache:
     def __init__(self) -> None:
         self.entries: dict[int, Entry] = {}
         self._heads: dict[int, tuple[int, ...]] = {}
+        self._members: Counter[str] | None = None  # `members()`, until an entry comes or goes
         self._clock = itertools.count()
         self.work = 0  # tokens computed in this pool so far: what an entry's keep is paid in
 
@@ -80,6 +82,7 @@ class PrefixCache:
         entry = Entry(seq_id, tokens, next(self._clock), self.work, member, min(public_len, len(tokens)))
         self.entries[seq_id] = entry
         self._heads[seq_id] = entry.head
+        self._members = None
 
     def best(self, tokens: np.ndarray, member: str, public_len: int, shared: bool) -> tuple[Entry | None, int]:
         """The entry whose reusable prefix with `tokens` (a prompt of `member`, its first
@@ -98,12 +101,16 @@ class PrefixCache:
     def touch(self, entry: Entry) -> None:
         entry.last_use, entry.work_at_use = next(self._clock), self.work
 
-    def stale(self, max_work) -> list[Entry]:
-        """Entries the pool has computed more than `max_work(entry)` tokens beside since their last use."""
-        return [e for e in self.entries.values() if self.work - e.work_at_use > max_work(e)]
+    def members(self) -> Counter[str]:
+        """Entries per member whose request made them (asked each step: counted again only when
+        an entry comes or goes)."""
+        if self._members is None:
+            self._members = Counter(e.member for e in self.entries.values())
+        return self._members
 
     def remove(self, seq_id: int) -> Entry:
         self._heads.pop(seq_id)
+        self._members = None
         return self.entries.pop(seq_id)
 
     def trim(self, seq_id: int, num_cells: int) -> None:
