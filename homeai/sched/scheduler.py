@@ -486,18 +486,21 @@ class Scheduler:
         if not item.sample:
             return None
         sample = result.samples[item.request_id]
+        last = request.last_token_time
         if request.first_token_time is None:
             request.first_token_time = now
-        elif request.last_token_time is not None:
-            request.itls.append(now - request.last_token_time)
+        elif last is not None:
+            request.itls.append(now - last)
         request.last_token_time = now
         if sample.is_eog:
             self._finish(request, "stop", now)
             return Output(request, None, True)
-        request.output_tokens.append(sample.token)
+        output = request.output_tokens
+        output.append(sample.token)
         request.samples.append(sample)
-        self.fair.charge_output(request.key, self.policies[request.lane].weight)
-        if len(request.output_tokens) >= request.max_tokens:
+        lane = request.lane
+        self.fair.charge_output((lane, request.member), self.policies[lane].weight)
+        if len(output) >= request.max_tokens:
             self._finish(request, "length", now)
             return Output(request, sample, True)
         return Output(request, sample, False)
