@@ -15,14 +15,23 @@ engine has after a few answers, each looked at by the cache's expiry every step)
 the mean milliseconds per step (wall clock, perf_counter), and with `--planning` the medians
 of `homeai.bench.engine_bench.planning_cost()` (256 waiting, 64 running). `--profile chat:1`
 prints a cProfile of that case instead.
+
+Wall time on a shared box moves 10-50% from minute to minute; instructions do not. To compare two
+checkouts exactly, count the instructions of a case's steps alone (valgrind's callgrind, counting
+switched on around the steps only), in each checkout, and divide by the steps:
+
+    PYTHONPATH=. valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null \
+        .venv/bin/python scripts/sched_step_cost.py --callgrind chat:1 --steps 300 [--cached 16]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
 import statistics
+import subprocess
 import time
 
 from homeai.sched.request import Request, Sample, SamplingParams
@@ -82,6 +91,11 @@ def ms_per_step(lane: str, num_running: int, steps: int, num_cached: int = 0) ->
     return elapsed / steps * 1000
 
 
+def _instrument(on_off: str) -> None:
+    """Turn callgrind's counting on or off for this process (nothing when not under callgrind)."""
+    subprocess.run(["callgrind_control", "-i", on_off, str(os.getpid())], capture_output=True, check=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seqs", default="1,4,16")
@@ -91,7 +105,16 @@ def main() -> None:
     ap.add_argument("--profile", help="LANE:N: print a cProfile of that case")
     ap.add_argument("--planning", action="store_true", help="also planning_cost() (256 waiting, 64 running)")
     ap.add_argument("--cached", type=int, default=0, help="earlier requests' prefixes in the prompt cache")
+    ap.add_argument("--callgrind", help="LANE:N: under callgrind, count that case's steps alone (see above)")
     args = ap.parse_args()
+    if args.callgrind:
+        lane, n = args.callgrind.split(":")
+        sched, now = steady(lane, int(n), args.cached)
+        _instrument("on")
+        run_steps(sched, now, args.steps)
+        _instrument("off")
+        print(f"{args.steps} steps: divide the I refs callgrind reports by {args.steps}")
+        return
     if args.profile:
         lane, n = args.profile.split(":")
         sched, now = steady(lane, int(n), args.cached)
