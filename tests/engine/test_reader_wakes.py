@@ -9,6 +9,7 @@ Run: .venv/bin/python -m pytest -q tests/engine/test_reader_wakes.py
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -93,3 +94,29 @@ def test_a_finish_wakes_its_background_reader_at_once(engine, monkeypatch):
     asyncio.run(asyncio.wait_for(jobs(), 30))
     shorts = finished_at[:3]  # the long answer was aborted after them
     assert len(shorts) == 3 and all(step in woken_at for step in shorts), (shorts, woken_at)
+
+
+class CountingCondition(threading.Condition):
+    """A stream's condition that counts the waits that ran out of time instead of being woken."""
+
+    def __init__(self):
+        super().__init__()
+        self.timeouts = 0
+
+    def wait(self, timeout=None):
+        woken = super().wait(timeout)  # False: the time ran out with no notify
+        self.timeouts += not woken
+        return woken
+
+
+@pytest.mark.parametrize("lane", ["chat", "summaries"])
+def test_a_plain_thread_reader_is_woken_for_every_event(engine, lane):
+    """A reader without an event loop sleeps on the stream's condition; the engine queues events
+    without its lock and notifies only when a reader sleeps, so a lost wake-up would show as a
+    wait running out its second (the steps are a millisecond apart)."""
+    stream = engine.submit(list(range(10, 20)), lane=lane, member="alice",
+                           params=SamplingParams(max_tokens=400, ignore_eos=True))
+    stream._cond = CountingCondition()  # before the reader's first wait
+    tokens = [event for event in stream if isinstance(event, TokenEvent)]
+    assert len(tokens) == 400 and stream.finished.reason == "length"
+    assert stream._cond.timeouts == 0
