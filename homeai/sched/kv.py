@@ -64,17 +64,6 @@ class KVManager:
         self.add(seq_id, extra)
         return True
 
-    def lacking(self, wants: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], int]:
-        """Of `wants` (a sequence, the cells it must hold), the cells each lacks, where it lacks
-        any; and their sum."""
-        lack, total = [], 0
-        for seq_id, num_cells in wants:
-            extra = num_cells - self.length(seq_id)
-            if extra > 0:
-                lack.append((seq_id, extra))
-                total += extra
-        return lack, total
-
     def add_each(self, extras: list[tuple[int, int]]) -> None:
         """`add` for each (live sequence, cells) of `extras`."""
         for seq_id, num_cells in extras:

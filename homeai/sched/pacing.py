@@ -139,12 +139,15 @@ class Pacing:
         n = cells = background = background_cells = 0
         priority: int | None = None
         target = math.inf
+        typical_cells = self.typical_cells
         for r in running:
             if r.interactive:
                 n += 1
-                priority = r.priority if priority is None else min(priority, r.priority)
-                target = min(target, targets[r.lane])
-                cells += self.typical_cells(r)
+                if priority is None or r.priority < priority:
+                    priority = r.priority
+                if targets[r.lane] < target:
+                    target = targets[r.lane]
+                cells += typical_cells(r)
             else:
                 background += r.is_decoding
                 background_cells += layout.background_cells(r)
@@ -170,8 +173,10 @@ class Pacing:
         """The cells a generating sequence holds at its lane's typical output length (or its own cap).
         (Asked of every reader once a step: the counts are read once each.)"""
         num_prompt = len(request.prompt_tokens)
-        typical = min(self.typical[request.lane], request.max_tokens)
-        return max(num_prompt + len(request.output_tokens), int(num_prompt + typical))
+        typical, cap = self.typical[request.lane], request.max_tokens
+        at_typical = int(num_prompt + (cap if cap < typical else typical))
+        now = num_prompt + len(request.output_tokens)
+        return now if now >= at_typical else at_typical
 
     def learn(self, request: Request) -> None:
         """A request finished on its own: its output length moves its lane's typical length."""

@@ -15,10 +15,10 @@ from typing import Callable
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepShape
 from homeai.sched.fairshare import FairShare
-from homeai.sched.plan import ScheduledItem, StepPlan
+from homeai.sched.plan import ScheduledItem, StepPlan, new_tuple
 from homeai.sched.pools import GENERATE, KVPools, Pool
 from homeai.sched.queues import WaitingQueues
-from homeai.sched.request import Kind, Request, Status
+from homeai.sched.request import GENERATE_KIND, WAITING, Kind, Request, Status
 from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Step
 from lanes.base import LanePolicy
@@ -65,7 +65,7 @@ class Placement:
         if budget <= 0:
             return 0
         candidates = self._candidates(step, interactive)
-        planned = {i.request_id for i in plan.items}
+        planned = {i.request_id for items in plan.batches.values() for i in items}
         used = 0
         ranked, at, version = [], 0, None  # the pairs in fair share's order, while it stands
         while used < budget and candidates:
@@ -137,12 +137,12 @@ class Placement:
 
     def place(self, step: Step, plan: StepPlan, request: Request, room: int) -> int:
         """Schedule part of a request within `room` tokens; the tokens placed (0: cannot)."""
-        if request.kind is Kind.EMBED:
+        if request.kind is not GENERATE_KIND:
             return self._place_embedding(step, plan, request, room)
         n = min(request.num_remaining, room)
         if n <= 0 or (n < request.num_remaining and n < step.min_chunk and any(plan.batches[p] for p in GENERATE)):
             return 0
-        if request.status is Status.WAITING and not self.admission.admit(request, step,
+        if request.status is WAITING and not self.admission.admit(request, step,
                                                                           lambda victim: self.preempt(victim, plan)):
             return 0
         n = min(n, request.num_remaining)  # admission may have found part of it cached
@@ -181,7 +181,7 @@ class Placement:
 
 def _goes_on(candidates: deque[Request], step: Step) -> bool:
     """A pair has a candidate left: its next is in flight or an eligible waiting request."""
-    return bool(candidates) and (candidates[0].status is not Status.WAITING or step.eligible(candidates[0]))
+    return bool(candidates) and (candidates[0].status is not WAITING or step.eligible(candidates[0]))
 
 
 def item(request: Request, n: int) -> ScheduledItem:
@@ -197,6 +197,7 @@ def item(request: Request, n: int) -> ScheduledItem:
 def decode_item(request: Request) -> ScheduledItem:
     """`item(request, 1)` of a sequence decoding (one a sequence a step): its last output token,
     sampled after."""
-    output, forced = request.output_tokens, request.params.forced_tokens
-    return ScheduledItem(request.request_id, Kind.GENERATE, request.seq_id, request.num_computed_tokens, output[-1:],
-                         True, request.params, forced[len(output)] if forced is not None else None)
+    output, params = request.output_tokens, request.params
+    forced = params.forced_tokens
+    return new_tuple(ScheduledItem, (request.request_id, GENERATE_KIND, request.seq_id, request.num_computed_tokens,
+                                     output[-1:], True, params, forced[len(output)] if forced is not None else None))

@@ -137,18 +137,17 @@ class KVPools:
         cells of its pool cover them all: nothing is evicted or preempted then, so this is what
         `grow` one at a time would do, without asking who would give way. False, with nothing
         done, when they do not (`grow` them one at a time)."""
-        wants: dict[Pool, list[tuple[int, int]]] = {}
+        lacking: dict[Pool, list[tuple[int, int]]] = {}  # per pool, (sequence, cells it lacks)
+        kvs = self.kv
         for r in requests:
-            wants.setdefault(r.pool, []).append((r.seq_id, r.num_computed_tokens + 1))
-        grown: list[tuple[KVManager, list[tuple[int, int]]]] = []
-        for pool, pool_wants in wants.items():
-            kv = self.kv[pool]
-            lack, total = kv.lacking(pool_wants)
-            if total > kv.num_free_cells:
+            extra = r.num_computed_tokens + 1 - kvs[r.pool].length(r.seq_id)
+            if extra > 0:
+                lacking.setdefault(r.pool, []).append((r.seq_id, extra))
+        for pool, lack in lacking.items():
+            if sum([n for _, n in lack]) > kvs[pool].num_free_cells:
                 return False
-            grown.append((kv, lack))
-        for kv, lack in grown:
-            kv.add_each(lack)
+        for pool, lack in lacking.items():
+            kvs[pool].add_each(lack)
         return True
 
     def victim(self, pool: Pool | None = None, spare: Spare | None = None) -> Request | None:

@@ -25,6 +25,12 @@ class Kind(enum.Enum):
     EMBED = "embed"
 
 
+# The members read for every sequence every step, as plain names: in Python 3.11 `Status.RUNNING`
+# goes through the enum metaclass's attribute hook (it defines `__getattr__`), ~20 times slower
+# than reading a global.
+RUNNING, WAITING, GENERATE_KIND = Status.RUNNING, Status.WAITING, Kind.GENERATE
+
+
 class Pool(enum.Enum):
     """A KV cache a request's cells live in (`pools.py`)."""
 
@@ -143,7 +149,7 @@ class Request:
 
     @property
     def is_decoding(self) -> bool:  # asked of every running request several times a step: num_remaining inlined
-        return (self.status is Status.RUNNING and bool(self.output_tokens)
+        return (self.status is RUNNING and bool(self.output_tokens)
                 and len(self.prompt_tokens) + len(self.output_tokens) - self.num_computed_tokens == 1)
 
     @property

@@ -48,11 +48,11 @@ from homeai.sched.fairshare import FairShare
 from homeai.sched.layout import cache_layout
 from homeai.sched.pacing import Pacing
 from homeai.sched.placement import Placement, decode_item
-from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult
+from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult, new_tuple
 from homeai.sched.policy import HOMEAI, Policy
 from homeai.sched.pools import GENERATE, KVPools, Pool, PromptCache
 from homeai.sched.queues import WaitingQueues
-from homeai.sched.request import Kind, Request, Status
+from homeai.sched.request import RUNNING, Kind, Request, Sample, Status
 from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Admissions, Moment, Step
 from homeai.sched.window import eligible_at
@@ -470,22 +470,24 @@ class Scheduler:
             self.share.settle(plan.background)
         if not plan.empty:
             self.cost.observe(plan.shape, result.elapsed_ms, now)
-            for pool in self.pools.generating:
-                self.pools.computed(pool, sum(len(i.tokens) for i in plan.batches[pool]))
+            for pool in self.pools.cache:  # the prompt cache's pools: their prefixes age by the step's work
+                self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
             self.pools.expire(self.cost.tokens_per_kcell())
-        outputs = [o for i in plan.generating if (o := self._advance(i, result, now))]
+        samples = result.samples
+        outputs = [o for i in plan.generating if (o := self._advance(i, samples, now))]
         return outputs + [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
 
-    def _advance(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
+    def _advance(self, item: ScheduledItem, samples: dict[str, Sample], now: float) -> Output | None:
+        """What a step did for a generating request's item (one a sequence a step: kept lean)."""
         request = self.requests.get(item.request_id)
-        if request is None or request.status is not Status.RUNNING or request.seq_id != item.seq_id:
+        if request is None or request.status is not RUNNING or request.seq_id != item.seq_id:
             return None  # aborted or preempted while the step ran
         if request.num_charged_prompt < len(request.prompt_tokens):  # else nothing to charge (a decode's case)
             self._charge_prompt(request, item)
         request.num_computed_tokens = item.start + len(item.tokens)
         if not item.sample:
             return None
-        sample = result.samples[item.request_id]
+        sample = samples[item.request_id]
         last = request.last_token_time
         if request.first_token_time is None:
             request.first_token_time = now
@@ -494,7 +496,7 @@ class Scheduler:
         request.last_token_time = now
         if sample.is_eog:
             self._finish(request, "stop", now)
-            return Output(request, None, True)
+            return new_tuple(Output, (request, None, True))
         output = request.output_tokens
         output.append(sample.token)
         request.samples.append(sample)
@@ -502,8 +504,8 @@ class Scheduler:
         self.fair.charge_output((lane, request.member), self.policies[lane].weight)
         if len(output) >= request.max_tokens:
             self._finish(request, "length", now)
-            return Output(request, sample, True)
-        return Output(request, sample, False)
+            return new_tuple(Output, (request, sample, True))
+        return new_tuple(Output, (request, sample, False))
 
     def _embedded(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
         request = self.requests.get(item.request_id)
