@@ -218,6 +218,8 @@ def _solve(m: list[list[float]]) -> list[float] | None:
     """Gaussian elimination with partial pivoting (the first largest pivot) of the rows `m`, each
     ending with its right-hand side (changed in place); None when singular."""
     n = len(m)
+    if n <= 2:
+        return _solve_small(m)
     for col in range(n):
         pivot, largest = col, abs(m[col][col])
         for r in range(col + 1, n):
@@ -241,3 +243,22 @@ def _solve(m: list[list[float]]) -> list[float] | None:
             total = total + row[k] * x[k]
         x[r] = (row[n] - total) / row[r]
     return x
+
+
+def _solve_small(m: list[list[float]]) -> list[float] | None:
+    """`_solve` of one or two rows, written out: the same operations in the same order (a sum
+    starts from the integer 0, as there), without the loops' cost (most steps' fits end in these)."""
+    if len(m) == 1:
+        (a, y), = m
+        return None if abs(a) < 1e-12 else [(y - 0) / a]
+    top, row = m
+    if abs(row[0]) > abs(top[0]):
+        top, row = row, top
+    if abs(top[0]) < 1e-12:
+        return None
+    f = row[0] / top[0]
+    d, y = row[1] - f * top[1], row[2] - f * top[2]
+    if abs(d) < 1e-12:
+        return None
+    x1 = (y - 0) / d
+    return [(top[2] - (0 + top[1] * x1)) / top[0], x1]
