@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from homeai.sched.costmodel import CEILING, FLOOR, MAX_CONTENTION, PRIOR, StepCostModel, StepShape
+from homeai.sched.costmodel import CEILING, FLOOR, MAX_CONTENTION, PRIOR, StepCostModel, StepShape, _solve
 
 MACHINES = {
     "large model on a CPU": (85.0, 12.0, 1.5, 1.0),
@@ -190,3 +190,20 @@ def test_the_fit_is_the_plain_least_squares_to_the_last_bit():
             assert repr(fit) == repr(_plain_fit(model))
             solves.add(sum(1 for c, lo, hi in zip(fit, FLOOR, CEILING) if c in (lo, hi)))
     assert len(solves) >= 2  # histories with coefficients held at a bound and without
+
+
+def test_the_small_solves_written_out_are_the_plain_elimination_to_the_last_bit():
+    """One- and two-row systems (most fits end in them) are solved by code written out: the same
+    operations as the plain elimination, signed zeros and singular systems included."""
+    rng = random.Random(7)
+
+    def value():
+        return rng.choice([0.0, -0.0, 1e-13, -1e-13, rng.uniform(-1, 1) * 10 ** rng.randint(-8, 6)])
+
+    for _ in range(20_000):
+        n = rng.choice([1, 2])
+        rows = [[value() for _ in range(n + 1)] for _ in range(n)]
+        if rng.random() < 0.1:
+            rows[-1] = list(rows[0])  # singular
+        plain = _plain_solve([row[:n] for row in rows], [row[n] for row in rows])
+        assert repr(_solve([row[:] for row in rows])) == repr(plain)
