@@ -76,10 +76,14 @@ class MemberShare:
         cap = self.cap(sum(held.values()) + 1)
         entitled = sorted((r for m, r in firsts.items() if held[m] + 1 <= cap), key=lambda r: held[r.member])
         self.entitled, self.capped = {r.member for r in entitled}, cap
-        for request in entitled:  # who would give way is asked first: with no member over its cap, no room is
-            while (victim := self._victim(held, cap)) is not None and not room(request):  # costed (both pure)
+        # Who would give way is asked first: with no member over its cap, no room is costed. Both are
+        # pure, so the one found stands until a preemption changes the holdings.
+        victim = self._victim(held, cap)
+        for request in entitled:
+            while victim is not None and not room(request):
                 preempt(victim)
                 held[victim.member] -= 1
+                victim = self._victim(held, cap)
 
     def _eligible_firsts(self, lane: str, eligible: Callable[[Request], bool]) -> list[Request]:
         """Each member's first eligible request waiting in `lane`, in the lane's order: in a lane in

@@ -139,7 +139,7 @@ class Pacing:
         n = cells = background = background_cells = 0
         priority: int | None = None
         target = math.inf
-        typical_cells = self.typical_cells
+        typical = self.typical
         for r in running:
             if r.interactive:
                 n += 1
@@ -147,7 +147,11 @@ class Pacing:
                     priority = r.priority
                 if targets[r.lane] < target:
                     target = targets[r.lane]
-                cells += typical_cells(r)
+                # `typical_cells(r)`, inlined: every reader, every step a prompt waits
+                num_prompt, cap, at = len(r.prompt_tokens), r.max_tokens, typical[r.lane]
+                now = num_prompt + len(r.output_tokens)
+                at = int(num_prompt + (cap if cap < at else at))
+                cells += now if now >= at else at
             else:
                 background += r.is_decoding
                 background_cells += layout.background_cells(r)

@@ -500,9 +500,10 @@ class Scheduler:
         output = request.output_tokens
         output.append(sample.token)
         request.samples.append(sample)
-        lane = request.lane
+        lane, params = request.lane, request.params
         self.fair.charge_output((lane, request.member), self.policies[lane].weight)
-        if len(output) >= request.max_tokens:
+        forced = params.forced_tokens  # `request.max_tokens`, inlined
+        if len(output) >= (params.max_tokens if forced is None else len(forced)):
             self._finish(request, "length", now)
             return new_tuple(Output, (request, sample, True))
         return new_tuple(Output, (request, sample, False))
