@@ -93,7 +93,7 @@ class Sample(NamedTuple):
     logits: object = None  # a numpy row when SamplingParams.record_logits
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     request_id: str
     lane: str
