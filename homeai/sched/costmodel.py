@@ -161,15 +161,18 @@ class StepCostModel:
             sol = _solve(rows)
             if sol is None:
                 return self.prior
+            out, kept = [], []  # the free ones the data push out of bounds, and the rest
             for i, value in zip(free, sol):
-                coef[i] = value
-            out = [i for i in free if not FLOOR[i] <= coef[i] <= CEILING[i]]
+                if FLOOR[i] <= value <= CEILING[i]:
+                    coef[i] = value
+                    kept.append(i)
+                else:  # held at the bound it crossed
+                    coef[i] = FLOOR[i] if value < FLOOR[i] else CEILING[i]
+                    out.append(i)
             if not out:
                 return tuple(coef)
-            for i in out:
-                coef[i] = FLOOR[i] if coef[i] < FLOOR[i] else CEILING[i]
             fixed += out
-            free = [i for i in free if i not in out]
+            free = kept
             if not free:
                 return tuple(coef)
             rows = [_held(whole[i], free, coef, fixed) for i in free]

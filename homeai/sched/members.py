@@ -64,6 +64,8 @@ class MemberShare:
         """Find the entitled members; for each whose first waiting request would not be let in
         (`room`), preempt over-cap members' sequences until it would."""
         self.entitled, self.capped = set(), 0
+        if not any(self.waiting[lane] for lane in self.lanes):
+            return  # nobody waits for a reader slot (most steps)
         firsts: dict[str, Request] = {}
         for lane in self.lanes:  # best priority first: a member's voice question before its chats
             for r in self._eligible_firsts(lane, eligible):

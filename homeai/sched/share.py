@@ -32,6 +32,8 @@ from homeai.sched.pools import KVPools, Pool
 from homeai.sched.request import Kind, Request
 from lanes.base import LanePolicy
 
+NOT_LATE: frozenset[str] = frozenset()  # no background lane is overdue (most steps)
+
 # The layout's: decode calls background makes of its own beside interactive work, from the step's
 # background, interactive and embedding items.
 OwnCalls = Callable[[int, int, int], int]
@@ -55,9 +57,11 @@ class BackgroundShare:
         """Background lanes whose oldest request has waited half its lane's TTFT target for its
         first token (or embedding): served from then on, it still makes the target (`reading`:
         the requests in flight still reading their input)."""
-        late = {r.lane for r in reading if r.first_token_time is None and self._late(r, now)}
-        late.update(lane for lane, q in waiting.items() if q and self._late(q[0], now))
-        return frozenset(lane for lane in late if not self.policies[lane].interactive)
+        late = {r.lane for r in reading if r.first_token_time is None and self._late(r, now)} if reading else set()
+        for lane, queue in waiting.items():
+            if queue and self._late(queue[0], now):
+                late.add(lane)
+        return frozenset(lane for lane in late if not self.policies[lane].interactive) if late else NOT_LATE
 
     def _late(self, request: Request, now: float) -> bool:
         return now - request.arrival_time > self.policies[request.lane].ttft_target_ms / 2000.0
