@@ -219,6 +219,7 @@ class Engine:
         self._accepting = True
         self._stop = False
         self._thread: threading.Thread | None = None
+        self._thread_id: int | None = None  # the loop thread's ident, once it runs (`_send` asks it per event)
 
     # ---- lifecycle -------------------------------------------------------------
 
@@ -411,6 +412,7 @@ class Engine:
 
     def _run(self) -> None:
         """The loop thread's body: whatever ends the loop other than `stop()` is its death."""
+        self._thread_id = threading.get_ident()
         try:
             self._loop()
         except BaseException as exc:
@@ -498,12 +500,14 @@ class Engine:
         stream = self.streams.get(request.request_id)
         if stream is None:
             return
-        if output.sample is not None:
-            delta, stopped = stream.text.add(self.runner.piece(output.sample.token))
+        sample = output.sample
+        if sample is not None:
+            token = sample.token
+            delta, stopped = stream.text.add(self.runner.piece(token))
             grammar = request.params.grammar
-            if not request.held and grammar is not None and grammar.triggered(stream.text.text, output.sample.token):
+            if grammar is not None and not request.held and grammar.triggered(stream.text.text, token):
                 request.held = True  # a tool call opened: its client takes it whole (the scheduler's pacing)
-            self._send(stream, TokenEvent(output.sample.token, delta, output.sample.logprob, output.sample.top_logprobs))
+            self._send(stream, TokenEvent(token, delta, sample.logprob, sample.top_logprobs))
             if stopped and not output.finished:
                 self.scheduler.finish(request.request_id, "stop", self.clock())
                 self._close(request, "stop")
@@ -534,13 +538,14 @@ class Engine:
         just before the next decode (`_wake_readers`): the event loop then runs while llama.cpp
         computes without the GIL, instead of taking the GIL from the loop after every token. From
         another thread (an abort, `stop()`), at once."""
-        if threading.current_thread() is self._thread:
-            stream.add(event)
-            self._to_wake[stream] = None
-            self._finished_waiting |= isinstance(event, FinishEvent)
-            self._interactive_waiting |= stream.request.interactive
-        else:
+        if threading.get_ident() != self._thread_id:
             stream.push(event)
+            return
+        stream.add(event)
+        if stream not in self._to_wake:  # each stream once (the flags are reset with the list)
+            self._to_wake[stream] = None
+            self._interactive_waiting |= stream.request.interactive
+        self._finished_waiting |= isinstance(event, FinishEvent)
 
     def _wake_readers(self, before_step: bool = False) -> None:
         """Wake the readers of this step's events (on the loop thread: before a decode, an idle wait,
