@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import llama_cpp as ll
@@ -186,7 +187,11 @@ class _Batch:
         self.c.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
 
     def fill(self, rows: list[tuple[int, int, list[int], bool]]) -> list[int]:
-        """Rows are (seq_id, start, tokens, wants_last_logits); returns each row's last index."""
+        """Rows are (seq_id, start, tokens, wants_last_logits); returns each row's last index. A step
+        of decodes alone (a token a row) is written with one assignment an array, not five a row."""
+        columns = tuple(zip(*rows))  # seq_ids, starts, tokens, wants
+        if columns and set(map(len, columns[2])) == {1}:
+            return self._fill_decodes(*columns)
         n = 0
         last = []
         for seq_id, start, tokens, wants in rows:
@@ -201,6 +206,15 @@ class _Batch:
             last.append(n - 1)
         self.c.n_tokens = n
         return last
+
+    def _fill_decodes(self, seq_ids, starts, tokens, wants) -> list[int]:
+        n = len(seq_ids)
+        self.token[:n] = list(chain.from_iterable(tokens))
+        self.pos[:n] = starts
+        self.seq[:n] = seq_ids
+        self.logits[:n] = wants
+        self.c.n_tokens = n
+        return list(range(n))
 
 
 class _Candidates:
@@ -611,7 +625,7 @@ class Runner:
 
     def _logits(self, ctx, row: int) -> np.ndarray:
         """Row `row`'s logits, in place (valid until the context's next decode)."""
-        address = ctypes.cast(ll.llama_get_logits_ith(ctx, row), ctypes.c_void_p).value
+        address = ctypes.addressof(ll.llama_get_logits_ith(ctx, row).contents)  # ctypes.cast costs ~1 us more
         return np.frombuffer(self._logits_row.from_address(address), dtype=np.float32)
 
     def _is_eog(self, token: int) -> bool:
