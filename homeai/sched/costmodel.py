@@ -99,9 +99,12 @@ class StepCostModel:
         if y < FAST_STEP * fitted:
             keep *= 0.5
         self._seen = self._seen * keep + 1.0
+        xx, xy = self.xx, self.xy
+        x0, x1, x2, x3 = x  # a step's four features, written out (a comprehension a row cost more than its sums)
         for i, xi in enumerate(x):
-            self.xy[i] = self.xy[i] * keep + xi * y
-            self.xx[i] = [s * keep + xi * xj for s, xj in zip(self.xx[i], x)]
+            xy[i] = xy[i] * keep + xi * y
+            s0, s1, s2, s3 = xx[i]
+            xx[i] = [s0 * keep + xi * x0, s1 * keep + xi * x1, s2 * keep + xi * x2, s3 * keep + xi * x3]
         self._coef = None
 
     def slowed(self, factor: float) -> None:
@@ -132,7 +135,9 @@ class StepCostModel:
         machine, contention = self.machine, self.contention
         cached = self._scaled
         if cached is None or cached[0] is not machine or cached[1] != contention:
-            cached = self._scaled = machine, contention, tuple(c * contention for c in machine)
+            # Without contention the machine's own (c * 1.0 is c, to the bit): most steps.
+            scaled = machine if contention == 1.0 else tuple(c * contention for c in machine)
+            cached = self._scaled = machine, contention, scaled
         return cached[2]
 
     @property
