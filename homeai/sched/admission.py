@@ -133,7 +133,7 @@ class Admission:
         decoding_now, reading = moment.running(self.pools)
         if any(r.interactive for r in reading):
             return True
-        decoding = sum(1 for r in decoding_now if r.interactive)
+        decoding = len([r for r in decoding_now if r.interactive])
         for lane, queue in self.waiting.items():
             if not queue or not self.policies[lane].interactive:
                 continue

@@ -36,8 +36,8 @@ class FairShare:
             for key in newcomers:
                 self.counters[key] = max(self.counters.get(key, 0.0), floor)
         self.backlogged = set(keys)
-        if keys:
-            self.floor = min(self.counters.get(k, 0.0) for k in keys)
+        if keys:  # (every step: a list, where a generator resumes once a pair)
+            self.floor = min([self.counters.get(k, 0.0) for k in keys])
 
     def pick(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None) -> Key | None:
         """The pair that goes next (`rank`'s first), None with no pair."""

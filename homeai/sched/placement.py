@@ -139,8 +139,9 @@ class Placement:
         """Schedule part of a request within `room` tokens; the tokens placed (0: cannot)."""
         if request.kind is not GENERATE_KIND:
             return self._place_embedding(step, plan, request, room)
-        n = min(request.num_remaining, room)
-        if n <= 0 or (n < request.num_remaining and n < step.min_chunk and any(plan.batches[p] for p in GENERATE)):
+        remaining = request.num_remaining
+        n = min(remaining, room)
+        if n <= 0 or (n < remaining and n < step.min_chunk and any(plan.batches[p] for p in GENERATE)):
             return 0
         if request.status is WAITING and not self.admission.admit(request, step,
                                                                           lambda victim: self.preempt(victim, plan)):

@@ -327,7 +327,7 @@ class Scheduler:
         decoding = readers + [r for r in decoding_now if not r.interactive]  # interactive first
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
-        held = any(r.held for r in readers)
+        held = any([r.held for r in readers])  # (a list: a generator resumes once a reader)
         overdue = frozenset() if held else self.share.overdue(moment.reading(self.pools), self.waiting, now)
         began_idle = not self.running
         prompt = self.admission.prompt_can_go(moment)

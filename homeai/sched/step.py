@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from homeai.sched.costmodel import StepCostModel, StepShape
 from homeai.sched.pacing import Readers
 from homeai.sched.pools import KVPools, Pool
-from homeai.sched.request import Request
+from homeai.sched.request import RUNNING, Request
 
 
 @dataclass
@@ -50,8 +50,12 @@ class Moment:
         if memo.split is None or memo.split[0] != pools.version:
             decoding: list[Request] = []
             reading: list[Request] = []
-            for r in pools.running:
-                (decoding if r.is_decoding else reading).append(r)
+            for r in pools.running:  # `r.is_decoding`, inlined: every running request, every step
+                output = r.output_tokens
+                if r.status is RUNNING and output and len(r.prompt_tokens) + len(output) - r.num_computed_tokens == 1:
+                    decoding.append(r)
+                else:
+                    reading.append(r)
             memo.split = pools.version, decoding, reading
         return memo.split[1], memo.split[2]
 
