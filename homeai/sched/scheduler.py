@@ -352,7 +352,9 @@ class Scheduler:
         lone = not decoding_now
         decodes = plan.decodes_shape(num_decoding, cells)  # the plan holds its decodes alone so far
         aim = self._aim(pace, lone, held, decodes, cells)
-        step = Step(**vars(moment), overdue=overdue, began_idle=began_idle, prompt=prompt, cells=cells,
+        # The moment's fields, then the step's own.
+        step = Step(moment.now, moment.cost, moment.cutoffs, moment.admissions, overdue=overdue, began_idle=began_idle,
+                    prompt=prompt, cells=cells,
                     num_decoding=num_decoding, decodes=decodes, deferred=deferred, pace=pace, aim=aim, lone=lone,
                     held=held, first_token_waits=prompt and not self.share.waited_for_first,
                     min_chunk=self.pacing.min_chunk_for(pace))

@@ -21,7 +21,7 @@ from homeai.sched.pools import KVPools, Pool
 from homeai.sched.request import RUNNING, Request
 
 
-@dataclass
+@dataclass(slots=True)
 class Admissions:
     """What admission learns while one step is planned."""
 
@@ -33,7 +33,7 @@ class Admissions:
     split: tuple[int, list[Request], list[Request]] | None = None  # `Moment.running`'s, and the pools' version then
 
 
-@dataclass
+@dataclass(slots=True)
 class Moment:
     """What is known when a step begins, before it is shaped."""
 
@@ -68,7 +68,7 @@ class Moment:
         return bool(request.num_preemptions) or request.arrival_time <= self.cutoffs[request.lane]
 
 
-@dataclass
+@dataclass(slots=True)
 class Step(Moment):
     overdue: frozenset[str]  # background lanes served whatever the cost model says
     began_idle: bool  # nothing was running
