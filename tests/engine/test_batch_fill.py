@@ -1,6 +1,6 @@
 """The runner's batch: whatever the rows, each token lands at its index with its position, sequence
-id and logits flag (only a wanting row's last token), and each row's last index comes back. A step
-of decodes alone takes the bulk path, a step with a longer chunk the per-row one."""
+id and logits flag (only a wanting row's last token), and each row's last index comes back, whether
+a row is a decode (one token, written element by element) or a chunk (written by slices)."""
 
 from __future__ import annotations
 
