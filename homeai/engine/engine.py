@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from concurrent.futures import Future
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from homeai.engine.state import CacheState, EngineState, LaneState, Latency, PromptCacheUse
 from homeai.engine.stats import LaneWindow, RequestStats
@@ -36,6 +37,7 @@ from homeai.engine.kvsize import without_model
 from homeai.engine.text import TextStream
 from homeai.sched import costmodel
 from homeai.sched.request import Kind, Pool, Request, SamplingParams
+from homeai.sched.plan import new_tuple
 from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan, UnknownLane
 from lanes.base import LanePolicy
 
@@ -81,8 +83,10 @@ class EngineBroken(RuntimeError):
     """The runner failed step after step: the loop stops rather than fail every request."""
 
 
-@dataclass(frozen=True)
-class TokenEvent:
+class TokenEvent(NamedTuple):
+    """One generated token's event (a named tuple, built with tuple's own constructor: one is made
+    for every sequence every step, and a frozen dataclass costs several times as much)."""
+
     token: int
     text: str  # the new text this token makes safe to show (may be empty)
     logprob: float | None = None
@@ -507,7 +511,7 @@ class Engine:
             grammar = request.params.grammar
             if grammar is not None and not request.held and grammar.triggered(stream.text.text, token):
                 request.held = True  # a tool call opened: its client takes it whole (the scheduler's pacing)
-            self._send(stream, TokenEvent(token, delta, sample.logprob, sample.top_logprobs))
+            self._send(stream, new_tuple(TokenEvent, (token, delta, sample.logprob, sample.top_logprobs)))
             if stopped and not output.finished:
                 self.scheduler.finish(request.request_id, "stop", self.clock())
                 self._close(request, "stop")
