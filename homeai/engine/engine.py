@@ -204,7 +204,10 @@ class Engine:
         self.max_seq_len = self.scheduler.max_seq_len(Pool.MAIN)  # the main cache's longest sequence
         self.interactive_max_seq_len = self.scheduler.max_seq_len(self.scheduler.layout.interactive_pool)
         self.embed_max_tokens = min(runner.info.embed_max_tokens, limits.embed_max_tokens)
-        self.lock = threading.Condition()
+        # The loop enters the condition's own lock directly, twice a step (a Condition's `with` is two
+        # more Python calls); everything else takes `lock`.
+        self._mutex = threading.RLock()
+        self.lock = threading.Condition(self._mutex)
         self.streams: dict[str, RequestStream] = {}
         self.windows = {name: LaneWindow() for name in policies}
         self.on_finish: list[Callable[[RequestStats], None]] = []
@@ -446,7 +449,7 @@ class Engine:
     def _loop(self) -> None:
         num_failed = 0  # steps failed in a row
         while True:
-            with self.lock:
+            with self._mutex:
                 if self._stop:
                     return
                 if self._calls and not self.scheduler.has_work():
@@ -474,7 +477,7 @@ class Engine:
                     raise EngineBroken(f"{num_failed} steps in a row failed, the last with: {exc}") from exc
                 continue
             num_failed = 0
-            with self.lock:
+            with self._mutex:
                 self._follow_threads(threads)
                 self.counters["steps"] += 1
                 self.counters["step_tokens"] += plan.num_tokens
