@@ -426,6 +426,7 @@ class Engine:
             self._die(exc)
         finally:
             self._wake_readers()
+            self._thread_id = None  # an ident is reused once its thread ends: later events are pushed
 
     def _die(self, exc: BaseException) -> None:
         self._wake_readers()  # the failed step's answers first, then these: before anyone hears of the death
