@@ -65,13 +65,13 @@ class FairShare:
     def charge(self, key: Key, *, weight: float, num_in: int = 0, num_out: int = 0) -> None:
         self.counters[key] = self.counters.get(key, 0.0) + self.cost(weight=weight, num_in=num_in, num_out=num_out)
 
-    def charge_output(self, key: Key, weight: float) -> None:
-        """`charge(key, weight=weight, num_out=1)`, with the cost of an output token per weight kept
-        (charged for every sequence every step)."""
+    def output_cost(self, weight: float) -> float:
+        """`cost(weight=weight, num_out=1)`, kept per weight (an output token is charged for every
+        sequence every step: `Scheduler._advance` adds it to the counters itself)."""
         cost = self._output_cost.get(weight)
         if cost is None:
             cost = self._output_cost[weight] = self.cost(weight=weight, num_out=1)
-        self.counters[key] = self.counters.get(key, 0.0) + cost
+        return cost
 
     def counter(self, key: Key) -> float:
         return self.counters.get(key, 0.0)

@@ -475,40 +475,52 @@ class Scheduler:
             for pool in self.pools.cache:  # the prompt cache's pools: their prefixes age by the step's work
                 self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
             self.pools.expire(self.cost.tokens_per_kcell())
-        samples = result.samples
-        outputs = [o for i in plan.generating if (o := self._advance(i, samples, now))]
+        outputs = self._advance(plan.generating, result.samples, now)
         return outputs + [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
 
-    def _advance(self, item: ScheduledItem, samples: dict[str, Sample], now: float) -> Output | None:
-        """What a step did for a generating request's item (one a sequence a step: kept lean)."""
-        request = self.requests.get(item.request_id)
-        if request is None or request.status is not RUNNING or request.seq_id != item.seq_id:
-            return None  # aborted or preempted while the step ran
-        if request.num_charged_prompt < len(request.prompt_tokens):  # else nothing to charge (a decode's case)
-            self._charge_prompt(request, item)
-        request.num_computed_tokens = item.start + len(item.tokens)
-        if not item.sample:
-            return None
-        sample = samples[item.request_id]
-        last = request.last_token_time
-        if request.first_token_time is None:
-            request.first_token_time = now
-        elif last is not None:
-            request.itls.append(now - last)
-        request.last_token_time = now
-        if sample.is_eog:
-            self._finish(request, "stop", now)
-            return new_tuple(Output, (request, None, True))
-        output = request.output_tokens
-        output.append(sample.token)
-        request.samples.append(sample)
-        lane, params = request.lane, request.params
-        self.fair.charge_output((lane, request.member), self.policies[lane].weight)
-        forced = params.forced_tokens  # `request.max_tokens`, inlined
-        if len(output) >= (params.max_tokens if forced is None else len(forced)):
-            self._finish(request, "length", now)
-            return new_tuple(Output, (request, sample, True))
-        return new_tuple(Output, (request, sample, False))
+    def _advance(self, items: list[ScheduledItem], samples: dict[str, Sample], now: float) -> list[Output]:
+        """What a step did for its generating items, in order: one pass over every sequence every
+        step, so what it reads is looked up once, not once an item."""
+        outputs: list[Output] = []
+        requests, policies, counters = self.requests, self.policies, self.fair.counters
+        output_cost: dict[str, float] = {}  # per lane: fair share's charge for one output token
+        for item in items:
+            request_id, _, seq_id, start, tokens, sampled, _, _ = item
+            request = requests.get(request_id)
+            if request is None or request.status is not RUNNING or request.seq_id != seq_id:
+                continue  # aborted or preempted while the step ran
+            if request.num_charged_prompt < len(request.prompt_tokens):  # else nothing to charge (a decode's case)
+                self._charge_prompt(request, item)
+            request.num_computed_tokens = start + len(tokens)
+            if not sampled:
+                continue
+            sample = samples[request_id]
+            last = request.last_token_time
+            if request.first_token_time is None:
+                request.first_token_time = now
+            elif last is not None:
+                request.itls.append(now - last)
+            request.last_token_time = now
+            if sample.is_eog:
+                self._finish(request, "stop", now)
+                outputs.append(new_tuple(Output, (request, None, True)))
+                continue
+            output = request.output_tokens
+            output.append(sample.token)
+            request.samples.append(sample)
+            lane, params = request.lane, request.params
+            cost = output_cost.get(lane)
+            if cost is None:
+                cost = output_cost[lane] = self.fair.output_cost(policies[lane].weight)
+            key = (lane, request.member)  # `fair.charge_output`, inlined
+            counters[key] = counters.get(key, 0.0) + cost
+            forced = params.forced_tokens  # `request.max_tokens`, inlined
+            if len(output) >= (params.max_tokens if forced is None else len(forced)):
+                self._finish(request, "length", now)
+                outputs.append(new_tuple(Output, (request, sample, True)))
+            else:
+                outputs.append(new_tuple(Output, (request, sample, False)))
+        return outputs
 
     def _embedded(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
         request = self.requests.get(item.request_id)
