@@ -65,7 +65,7 @@ class Placement:
         if budget <= 0:
             return 0
         candidates = self._candidates(step, interactive)
-        planned = {i.request_id for items in plan.batches.values() for i in items}
+        planned = plan.request_ids()
         used = 0
         ranked, at, version = [], 0, None  # the pairs in fair share's order, while it stands
         while used < budget and candidates:

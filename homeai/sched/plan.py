@@ -7,6 +7,8 @@ sequence ids are the pool's own. Scheduler tests feed hand-made results and need
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import attrgetter
 from typing import NamedTuple
 
 from homeai.sched.costmodel import StepShape
@@ -29,6 +31,10 @@ class ScheduledItem(NamedTuple):
     sample: bool  # a token is sampled after this chunk
     params: SamplingParams | None = None  # the runner builds the request's sampler from these
     forced: int | None = None  # teacher forcing: the token to output instead of sampling
+
+
+# A plan's items are read field by field for every sequence several times a step: by these, in C.
+_REQUEST_ID, _TOKENS, _SAMPLE = attrgetter("request_id"), attrgetter("tokens"), attrgetter("sample")
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,15 @@ class StepPlan:
 
     @property
     def generating(self) -> list[ScheduledItem]:
-        return [i for pool in GENERATE for i in self.batches[pool]]
+        """The generating pools' items, in the order they are decoded."""
+        items: list[ScheduledItem] = []
+        for pool in GENERATE:
+            items += self.batches[pool]
+        return items
+
+    def request_ids(self) -> set[str]:
+        """The requests with an item in the plan."""
+        return set(map(_REQUEST_ID, chain.from_iterable(self.batches.values())))
 
     @property
     def num_outputs(self) -> int:
@@ -78,13 +92,12 @@ class StepPlan:
         """The cost model's view of the step: one decode call per pool used, each token attending
         over its own pool's `cells` (one pass over the items: it is asked several times a step)."""
         calls = tokens = attention = outputs = 0
-        embed = Pool.EMBED
         for pool, items in self.batches.items():
-            n = 0
-            for i in items:
-                n += len(i.tokens)
-                if i.sample and pool is not embed:
-                    outputs += 1
+            if not items:
+                continue
+            n = sum(map(len, map(_TOKENS, items)))
+            if pool in GENERATE:  # (an embedding input's last chunk samples nothing)
+                outputs += sum(map(_SAMPLE, items))
             if n:
                 calls, tokens, attention = calls + 1, tokens + n, attention + n * cells[pool]
         return StepShape(calls, tokens, attention / 1000.0, outputs)
