@@ -68,8 +68,8 @@ class CacheLayout(Protocol):
         admission's, its cells free or background in its cache giving way)."""
         ...
 
-    def background_cells(self, request: Request) -> int:
-        """The cells a background sequence weighs on the readers' decode step with."""
+    def background_cells(self, requests: list[Request]) -> int:
+        """The cells background sequences weigh on the readers' decode step with, together."""
         ...
 
     def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape:
@@ -102,8 +102,8 @@ class OneCache:
     def prompt_fits(self, request: Request, room: Callable[[Request], bool]) -> bool:
         return True  # it may take background's cells; background decodes ride its decode call anyway
 
-    def background_cells(self, request: Request) -> int:
-        return request.num_tokens  # in the readers' cache, all it will hold
+    def background_cells(self, requests: list[Request]) -> int:
+        return sum([len(r.prompt_tokens) + len(r.output_tokens) for r in requests])  # in the readers' cache, all they will hold
 
     def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape:
         n, cells = n + num_background, cells + background_cells
@@ -142,8 +142,8 @@ class TwoCaches:
     def prompt_fits(self, request: Request, room: Callable[[Request], bool]) -> bool:
         return room(request)  # background decodes wait for it: only for a prompt that will be read
 
-    def background_cells(self, request: Request) -> int:
-        return request.num_computed_tokens  # in a cache of its own: what its own decode call attends over
+    def background_cells(self, requests: list[Request]) -> int:
+        return sum([r.num_computed_tokens for r in requests])  # in a cache of their own: what their decode call attends over
 
     def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape:
         shape = StepShape(1, n, n * cells / 1000.0, n)

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from homeai.sched.costmodel import StepCostModel, StepShape
-from homeai.sched.request import Request
+from homeai.sched.request import RUNNING, Request
 
 
 class ReaderShapes(Protocol):
     """What pacing asks of the cache layout (`layout.py`): how background weighs on the readers."""
 
-    def background_cells(self, request: Request) -> int: ...
+    def background_cells(self, requests: list[Request]) -> int: ...
     def readers_shape(self, n: int, cells: int, num_background: int, background_cells: int) -> StepShape: ...
 
 
@@ -136,10 +136,11 @@ class Pacing:
 
     def readers(self, running: list[Request], targets: dict[str, float], layout: ReaderShapes) -> Readers:
         """The running set as admission costs it (one pass: asked each step a prompt waits)."""
-        n = cells = background = background_cells = 0
+        n = cells = 0
         priority: int | None = None
         target = math.inf
         typical = self.typical
+        background: list[Request] = []
         for r in running:
             if r.interactive:
                 n += 1
@@ -148,14 +149,19 @@ class Pacing:
                 if targets[r.lane] < target:
                     target = targets[r.lane]
                 # `typical_cells(r)`, inlined: every reader, every step a prompt waits
-                num_prompt, cap, at = len(r.prompt_tokens), r.max_tokens, typical[r.lane]
+                params = r.params
+                forced = params.forced_tokens  # `r.max_tokens`, inlined
+                num_prompt, at = len(r.prompt_tokens), typical[r.lane]
+                cap = params.max_tokens if forced is None else len(forced)
                 now = num_prompt + len(r.output_tokens)
                 at = int(num_prompt + (cap if cap < at else at))
                 cells += now if now >= at else at
             else:
-                background += r.is_decoding
-                background_cells += layout.background_cells(r)
-        return Readers(n, 0 if priority is None else priority, target, cells, background, background_cells)
+                background.append(r)
+        # `r.is_decoding`, inlined (running sequences)
+        decoding = len([r for r in background if r.output_tokens and r.status is RUNNING
+                        and len(r.prompt_tokens) + len(r.output_tokens) - r.num_computed_tokens == 1])
+        return Readers(n, 0 if priority is None else priority, target, cells, decoding, layout.background_cells(background))
 
     def readers_keep_pace(self, cost: StepCostModel, readers: Readers, request: Request, target_ms: float,
                           layout: ReaderShapes) -> bool:
