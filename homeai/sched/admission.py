@@ -53,7 +53,7 @@ class Admission:
         if interactive and not self.keeps_pace(request, step):
             memo.failed_need[group] = request.num_tokens
             return False
-        if self.pools.shares_a_prefix_being_read(request):
+        if self.pools.shares_a_prefix_being_read(request, step.running(self.pools)[1]):
             return False  # it waits for the cells it will share, a step or so (before any preemption for it)
         while not self.fits(request, step.num_decoding):
             if not interactive or not self._preempt_background(request, preempt):

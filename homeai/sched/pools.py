@@ -140,9 +140,17 @@ class KVPools:
         lacking: dict[Pool, list[tuple[int, int]]] = {}  # per pool, (sequence, cells it lacks)
         kvs = self.kv
         for r in requests:
-            extra = r.num_computed_tokens + 1 - kvs[r.pool].length(r.seq_id)
+            kv, seq_id = kvs[r.pool], r.seq_id
+            own = kv.allocated.get(seq_id)  # `kv.length(seq_id)`, inlined: every decode, every step
+            if own is None:
+                own = kv.cached.get(seq_id, 0)
+            link = kv.borrowed.get(seq_id)
+            extra = r.num_computed_tokens + 1 - (own + link[1] if link else own)
             if extra > 0:
-                lacking.setdefault(r.pool, []).append((r.seq_id, extra))
+                lack = lacking.get(r.pool)
+                if lack is None:
+                    lack = lacking[r.pool] = []
+                lack.append((seq_id, extra))
         for pool, lack in lacking.items():
             if sum([n for _, n in lack]) > kvs[pool].num_free_cells:
                 return False
@@ -283,15 +291,16 @@ class KVPools:
         return reusable(n, same_member=self.settings.shared or maker.member == request.member,
                         maker_public=maker.public_len, public_len=request.public_len)
 
-    def shares_a_prefix_being_read(self, request: Request) -> bool:
+    def shares_a_prefix_being_read(self, request: Request, reading: list[Request] | None = None) -> bool:
         """A running sequence of the request's pool is still reading a prefix (at least `min_reuse`
         tokens) the request shares: admitted now, the request would read it a second time beside
-        it; a step or so later, it shares the cells instead."""
+        it; a step or so later, it shares the cells instead. `reading`: the running sequences not
+        decoding, when the caller has them (`Moment.running`; else every running one is looked at)."""
         pool = request.pool
         if pool not in self.cache or request.num_preemptions:
             return False
         head = request.prompt_tokens[:HEAD]
-        for r in self.running:
+        for r in self.running if reading is None else reading:
             if (r.pool is not pool or r.output_tokens or r.num_computed_tokens >= r.num_prompt_tokens
                     or r.prompt_tokens[:HEAD] != head):
                 continue
