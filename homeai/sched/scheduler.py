@@ -41,6 +41,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, deque
 from dataclasses import dataclass
+from operator import attrgetter
 
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel, StepShape
@@ -57,6 +58,8 @@ from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Admissions, Moment, Step
 from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
+
+_NUM_COMPUTED = attrgetter("num_computed_tokens")
 
 __all__ = ["NoRoom", "Output", "QueueFull", "ScheduledItem", "Scheduler", "SchedulerLimits", "StepPlan",
            "StepResult", "UnknownLane"]
@@ -338,14 +341,21 @@ class Scheduler:
         if (prompt or held) and self.layout.background_decodes_wait(self.share, background, self.cost.call_tokens()):
             decoding, deferred = readers, background
         num_decoding = dict.fromkeys(GENERATE, 0)
-        for r in decoding:
-            plan.batches[r.pool].append(decode_item(r))
-            num_decoding[r.pool] += 1
         cells = {pool: self.pools.cells_cached(pool) if pool in self.pools.kv else 0 for pool in GENERATE}
-        context = 0
-        for r in self.running:
-            cells[r.pool] += r.num_computed_tokens
-            context += r.num_computed_tokens
+        if len(self.pools.generating) == 1:  # one cache for every sequence (most homes): no sorting by pool
+            pool = self.pools.generating[0]
+            plan.batches[pool] += map(decode_item, decoding)
+            num_decoding[pool] = len(decoding)
+            context = sum(map(_NUM_COMPUTED, self.running))
+            cells[pool] += context
+        else:
+            for r in decoding:
+                plan.batches[r.pool].append(decode_item(r))
+                num_decoding[r.pool] += 1
+            context = 0
+            for r in self.running:
+                cells[r.pool] += r.num_computed_tokens
+                context += r.num_computed_tokens
         plan.context_cells += context
         lanes = {r.lane for r in readers}
         pace = self.pacing.pace(self.cost, min(self.policies[lane].itl_target_ms for lane in lanes)) if lanes else None
