@@ -224,10 +224,10 @@ def _held(row: list[float], free: list[int], coef: list[float], fixed: list[int]
 
 def _solve(m: list[list[float]]) -> list[float] | None:
     """Gaussian elimination with partial pivoting (the first largest pivot) of the rows `m`, each
-    ending with its right-hand side (changed in place); None when singular."""
+    ending with its right-hand side (changed in place, up to four rows read only); None when singular."""
     n = len(m)
-    if n <= 2:
-        return _solve_small(m)
+    if n <= 4:  # every fit's (four coefficients): written out
+        return _SOLVES[n](m)
     for col in range(n):
         pivot, largest = col, abs(m[col][col])
         for r in range(col + 1, n):
@@ -270,3 +270,105 @@ def _solve_small(m: list[list[float]]) -> list[float] | None:
         return None
     x1 = (y - 0) / d
     return [(top[2] - (0 + top[1] * x1)) / top[0], x1]
+
+
+def _solve3(m: list[list[float]]) -> list[float] | None:
+    """`_solve` of three rows, written out as `_solve_small` is: the first largest pivot of each
+    column, each row below it less its multiple, the sums from the integer 0; the rows eliminated
+    are new tuples, each without the column done. (A fit solves its four coefficients, then three
+    when one is held at a bound, every step: loops over four columns cost it three times as much.)"""
+    a, b, c = m
+    p, big = 0, abs(a[0])
+    s = abs(b[0])
+    if s > big:
+        p, big = 1, s
+    s = abs(c[0])
+    if s > big:
+        p, big = 2, s
+    if big < 1e-12:
+        return None
+    if p == 1:
+        a, b = b, a
+    elif p == 2:
+        a, c = c, a
+    t0, t1, t2, ty = a
+    f = b[0] / t0
+    b = b[1] - f * t1, b[2] - f * t2, b[3] - f * ty
+    f = c[0] / t0
+    c = c[1] - f * t1, c[2] - f * t2, c[3] - f * ty
+    if abs(c[0]) > abs(b[0]):
+        b, c = c, b
+    u1, u2, uy = b
+    if abs(u1) < 1e-12:
+        return None
+    f = c[0] / u1
+    v2, vy = c[1] - f * u2, c[2] - f * uy
+    if abs(v2) < 1e-12:
+        return None
+    x2 = (vy - 0) / v2
+    x1 = (uy - (0 + u2 * x2)) / u1
+    return [(ty - ((0 + t1 * x1) + t2 * x2)) / t0, x1, x2]
+
+
+def _solve4(m: list[list[float]]) -> list[float] | None:
+    """`_solve` of four rows, written out as `_solve3` is."""
+    a, b, c, d = m
+    p, big = 0, abs(a[0])
+    s = abs(b[0])
+    if s > big:
+        p, big = 1, s
+    s = abs(c[0])
+    if s > big:
+        p, big = 2, s
+    s = abs(d[0])
+    if s > big:
+        p, big = 3, s
+    if big < 1e-12:
+        return None
+    if p == 1:
+        a, b = b, a
+    elif p == 2:
+        a, c = c, a
+    elif p == 3:
+        a, d = d, a
+    t0, t1, t2, t3, ty = a
+    f = b[0] / t0
+    b = b[1] - f * t1, b[2] - f * t2, b[3] - f * t3, b[4] - f * ty
+    f = c[0] / t0
+    c = c[1] - f * t1, c[2] - f * t2, c[3] - f * t3, c[4] - f * ty
+    f = d[0] / t0
+    d = d[1] - f * t1, d[2] - f * t2, d[3] - f * t3, d[4] - f * ty
+    p, big = 0, abs(b[0])
+    s = abs(c[0])
+    if s > big:
+        p, big = 1, s
+    s = abs(d[0])
+    if s > big:
+        p, big = 2, s
+    if big < 1e-12:
+        return None
+    if p == 1:
+        b, c = c, b
+    elif p == 2:
+        b, d = d, b
+    u1, u2, u3, uy = b
+    f = c[0] / u1
+    c = c[1] - f * u2, c[2] - f * u3, c[3] - f * uy
+    f = d[0] / u1
+    d = d[1] - f * u2, d[2] - f * u3, d[3] - f * uy
+    if abs(d[0]) > abs(c[0]):
+        c, d = d, c
+    v2, v3, vy = c
+    if abs(v2) < 1e-12:
+        return None
+    f = d[0] / v2
+    w3, wy = d[1] - f * v3, d[2] - f * vy
+    if abs(w3) < 1e-12:
+        return None
+    x3 = (wy - 0) / w3
+    x2 = (vy - (0 + v3 * x3)) / v2
+    x1 = (uy - ((0 + u2 * x2) + u3 * x3)) / u1
+    return [(ty - (((0 + t1 * x1) + t2 * x2) + t3 * x3)) / t0, x1, x2, x3]
+
+
+_SOLVES = {1: _solve_small, 2: _solve_small, 3: _solve3, 4: _solve4}

@@ -1,5 +1,6 @@
 """The step-cost model learns the machine it runs on, far from its prior either way."""
 
+import math
 import random
 
 import pytest
@@ -192,17 +193,25 @@ def test_the_fit_is_the_plain_least_squares_to_the_last_bit():
     assert len(solves) >= 2  # histories with coefficients held at a bound and without
 
 
-def test_the_small_solves_written_out_are_the_plain_elimination_to_the_last_bit():
-    """One- and two-row systems (most fits end in them) are solved by code written out: the same
-    operations as the plain elimination, signed zeros and singular systems included."""
+def test_the_solves_written_out_are_the_plain_elimination_to_the_last_bit():
+    """Systems of one to four rows (every fit's) are solved by code written out: the same
+    operations as the plain elimination, pivots tied or swapped, signed zeros, infinities, NaNs and
+    singular systems included."""
     rng = random.Random(7)
 
     def value():
-        return rng.choice([0.0, -0.0, 1e-13, -1e-13, rng.uniform(-1, 1) * 10 ** rng.randint(-8, 6)])
+        return rng.choice([0.0, -0.0, 1e-13, -1e-13, math.inf, math.nan] + [rng.uniform(-1, 1) * 10 ** rng.randint(-8, 6)] * 14)
 
-    for _ in range(20_000):
-        n = rng.choice([1, 2])
+    for _ in range(40_000):
+        n = rng.choice([1, 2, 3, 4])
         rows = [[value() for _ in range(n + 1)] for _ in range(n)]
+        if n > 1 and rng.random() < 0.2:
+            rows[1][0] = -rows[0][0]  # a tie for the first pivot: the first row keeps it
+        if n > 2 and rng.random() < 0.2:
+            rows[2][1] = rows[1][1]
+        if rng.random() < 0.2:
+            for row in rows:
+                row[n] = rng.choice([0.0, -0.0])  # a zero solution: its zeros' signs are the sums' order
         if rng.random() < 0.1:
             rows[-1] = list(rows[0])  # singular
         plain = _plain_solve([row[:n] for row in rows], [row[n] for row in rows])
