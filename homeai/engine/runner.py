@@ -427,6 +427,8 @@ class Runner:
         self.candidates = _Candidates(self.n_vocab)
         self._pooled: dict[str, np.ndarray] = {}  # embedding inputs in flight: their chunks' summed vectors
         self._pieces: dict[int, bytes] = {}
+        self._launched = 0.0  # when the step in flight was launched (`launch`), and what it decoded
+        self._decoded: list = []
         self.info = self._info(model_path, embedding_path)
 
     def _info(self, model_path: Path, embedding_path: Path | None) -> ModelInfo:
@@ -521,7 +523,14 @@ class Runner:
     # ---- one step --------------------------------------------------------------
 
     def run(self, plan: StepPlan) -> StepResult:
-        start = time.perf_counter()
+        return self.collect(plan, self.launch(plan))
+
+    def launch(self, plan: StepPlan) -> StepResult:
+        """A step up to its decodes' return: its cache operations, then a `llama_decode` per pool.
+        On a GPU llama.cpp returns before it has computed (the logits are read in `collect`), so
+        the caller may work meanwhile; on a CPU it has computed. The result so far says whether
+        llama.cpp found no KV slot (then nothing of the step was kept)."""
+        self._launched = time.perf_counter()
         self._follow_cores()
         for pool, ops in plan.cache_ops.items():
             memory = self._memory(pool)
@@ -536,10 +545,22 @@ class Runner:
             self._free_sampler(request_id)
             self._pooled.pop(request_id, None)
         result = StepResult()
-        self._generate(plan, result)
-        if plan.batches[Pool.EMBED] and not result.no_kv_slot:
-            self._embed(plan.batches[Pool.EMBED], result)
-        result.elapsed_ms = (time.perf_counter() - start) * 1000.0
+        self._decoded = self._decode(plan, result)
+        return result
+
+    def collect(self, plan: StepPlan, result: StepResult) -> StepResult:
+        """The rest of a launched step: its rows sampled (waiting for llama.cpp to finish computing),
+        its embedding inputs run; the step's time from its launch."""
+        if not result.no_kv_slot:
+            for pool, group, rows in self._decoded:
+                ctx = self._context(pool)
+                for item, row in zip(group, rows):
+                    if item.sample:
+                        result.samples[item.request_id] = self._sample(ctx, item, row)
+            if plan.batches[Pool.EMBED]:
+                self._embed(plan.batches[Pool.EMBED], result)
+        self._decoded = []
+        result.elapsed_ms = (time.perf_counter() - self._launched) * 1000.0
         return result
 
     def _follow_cores(self) -> None:
@@ -557,8 +578,9 @@ class Runner:
     def _memory(self, pool: Pool):
         return self._memories[pool]
 
-    def _generate(self, plan: StepPlan, result: StepResult) -> None:
-        decoded = []  # (pool, items, rows) decoded so far
+    def _decode(self, plan: StepPlan, result: StepResult) -> list:
+        """Each generating pool's `llama_decode`; returns what was decoded, (pool, items, rows) each."""
+        decoded = []
         for pool in GENERATE:
             group = plan.batches[pool]
             if not group:
@@ -572,15 +594,11 @@ class Runner:
                         ll.llama_memory_seq_rm(self._memory(done_pool), i.seq_id, i.start, -1)
             if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
                 result.no_kv_slot = True
-                return
+                return []
             if rc != 0:
                 raise RunnerError(f"llama_decode failed with code {rc}")
             decoded.append((pool, group, rows))
-        for pool, group, rows in decoded:
-            ctx = self._context(pool)
-            for item, row in zip(group, rows):
-                if item.sample:
-                    result.samples[item.request_id] = self._sample(ctx, item, row)
+        return decoded
 
     def _sample(self, ctx, item: ScheduledItem, row: int) -> Sample:
         sampling = self.samplers.get(item.request_id) or self._sampling(item.request_id, item.params)
