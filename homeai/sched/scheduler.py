@@ -34,6 +34,14 @@ tokens computed, fair share's charges and background's credit are settled in `up
 the plan that ran. A step that found no KV slot settles none of it, nor does one that raised
 (`fail()`: its requests end with an error). A request's status has one writer: the lifecycle
 methods here (`_start`, `_requeue`, `_finish`).
+
+A step may also be settled in two halves, so that the next one is planned while it computes
+(the engine's plan-ahead, for a GPU that returns from `llama_decode` before the logits are read):
+`ahead()` settles what does not depend on the samples and holds each sampled token's place with
+PENDING; `settle()` writes the tokens there (and into the next plan's items), ends a request
+that sampled an end of generation, and teaches the cost model the step's time. The next step
+is then planned one step late on those ends and that time; `prune()` drops from it whatever
+ended before it runs.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import itertools
 from collections import Counter, deque
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import NamedTuple
 
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel, StepShape
@@ -60,6 +69,16 @@ from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
 
 _NUM_COMPUTED = attrgetter("num_computed_tokens")
+PENDING = -1  # a sampled token's place while the step that samples it computes (`ahead`)
+
+
+class Pending(NamedTuple):
+    """A sampled row of a step settled ahead: its request, the position its token takes, and whether
+    `ahead` ended the request already (the row is its last token: "length", or an embedding input's)."""
+
+    request: Request
+    position: int
+    ended: bool
 
 __all__ = ["NoRoom", "Output", "QueueFull", "ScheduledItem", "Scheduler", "SchedulerLimits", "StepPlan",
            "StepResult", "UnknownLane"]
@@ -531,6 +550,112 @@ class Scheduler:
             else:
                 outputs.append(new_tuple(Output, (request, sample, False)))
         return outputs
+
+    # ---- a step settled in two halves (the next one planned while it computes) ----------
+
+    def ahead(self, plan: StepPlan, now: float) -> list[Pending]:
+        """`update()` before the samples are read: every token of the step computed, fair share
+        charged (each sampled row's output token too), background's credit settled; each sampled
+        row's place in its request's output holds PENDING; a request at its last token ends here,
+        as update() ends it. Returns the sampled rows, for `settle`."""
+        self._clock = now
+        self.pacing.step_ran()
+        if plan.background is not None:
+            self.share.settle(plan.background)
+        if not plan.empty:
+            for pool in self.pools.cache:
+                self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
+            self.pools.expire(self.cost.tokens_per_kcell())
+        pending: list[Pending] = []
+        for item in plan.items:
+            request = self.requests.get(item.request_id)
+            if request is None or request.status is not RUNNING or request.seq_id != item.seq_id:
+                continue  # aborted or preempted while the step was planned
+            self._charge_prompt(request, item)
+            request.num_computed_tokens = item.start + len(item.tokens)
+            if not item.sample:
+                continue
+            if request.kind is Kind.EMBED:  # its last chunk: the vector is read in settle()
+                self._finish(request, "stop", now)
+                pending.append(Pending(request, 0, True))
+                continue
+            output = request.output_tokens
+            output.append(PENDING)
+            self._charge_output(request, 1.0)
+            ended = len(output) >= request.max_tokens
+            if ended:
+                self._finish(request, "length", now)
+            pending.append(Pending(request, request.num_tokens - 1, ended))
+        return pending
+
+    def settle(self, plan: StepPlan, pending: list[Pending], result: StepResult, now: float,
+               next_plan: StepPlan | None) -> list[Output]:
+        """The samples of a step `ahead()` settled: each token written where PENDING held its place
+        (in the request, and in `next_plan`'s items, planned meanwhile); an end of generation ends
+        its request ("stop", its output charge given back, its items dropped from `next_plan`), as
+        update() would have ended it; the step's time taught to the cost model."""
+        self._clock = now
+        if not plan.empty:
+            self.cost.observe(plan.shape, result.elapsed_ms, now)
+        outputs: list[Output] = []
+        samples = result.samples
+        planned: dict[str, ScheduledItem] | None = None  # next_plan's items by request, once one is patched
+        for request, position, ended in pending:
+            if request.kind is Kind.EMBED:
+                request.embedding = result.embeddings.get(request.request_id)
+                request.first_token_time = request.finish_time = now
+                outputs.append(Output(request, None, True))
+                continue
+            if request.finished and not ended:
+                continue  # aborted while the step computed
+            sample = samples[request.request_id]
+            if request.first_token_time is None:
+                request.first_token_time = now
+            elif request.last_token_time is not None:
+                request.itls.append(now - request.last_token_time)
+            request.last_token_time = now
+            output = request.output_tokens
+            if sample.is_eog:
+                output.pop()  # (its PENDING: nothing else is added while the step computes)
+                self._charge_output(request, -1.0)
+                if ended:
+                    request.finish_reason, request.finish_time = "stop", now
+                else:
+                    if request.status is Status.WAITING:  # preempted by the plan made meanwhile
+                        self.queues.remove(request)
+                    self._finish(request, "stop", now)
+                    if next_plan is not None:
+                        batch = next_plan.batches[request.pool]
+                        batch[:] = [i for i in batch if i.request_id != request.request_id]
+                outputs.append(new_tuple(Output, (request, None, True)))
+                continue
+            token = output[position - len(request.prompt_tokens)] = sample.token
+            request.samples.append(sample)
+            if ended:
+                request.finish_time = now
+            elif next_plan is not None:
+                if planned is None:
+                    planned = {i.request_id: i for i in next_plan.generating}
+                item = planned.get(request.request_id)
+                if item is not None and item.start <= position < item.start + len(item.tokens):
+                    item.tokens[position - item.start] = token
+            outputs.append(new_tuple(Output, (request, sample, ended)))
+        return outputs
+
+    def prune(self, plan: StepPlan) -> None:
+        """Drop from a plan made ahead the items of requests that ended since (an abort, a stop
+        string, an end of generation): only what still holds its sequence runs."""
+        if not self._done:
+            return
+        requests = self.requests
+        for batch in plan.batches.values():
+            if batch:
+                batch[:] = [i for i in batch if (r := requests.get(i.request_id)) is not None and r.seq_id == i.seq_id]
+
+    def _charge_output(self, request: Request, n: float) -> None:
+        key = (request.lane, request.member)
+        counters = self.fair.counters
+        counters[key] = counters.get(key, 0.0) + n * self.fair.output_cost(self.policies[request.lane].weight)
 
     def _embedded(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
         request = self.requests.get(item.request_id)
