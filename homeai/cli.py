@@ -266,7 +266,8 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         try:
             from homeai.threads import default_threads
 
-            print(f"model {runner.info.description}, {cfg.model.n_threads or default_threads()} threads", flush=True)
+            print(f"model {runner.info.description}, {cfg.model.n_threads or default_threads()} threads, "
+                  f"planning ahead {'on' if engine.plan_ahead else 'off'}", flush=True)
             rows = engine_throughput(engine, seqs, args.tokens, rounds=max(args.rounds, 1),
                                      progress=lambda r: print(f"  {r['seqs']:>3} seqs: homeai {r['homeai_tok_s']:.1f}"
                                                               f" tok/s, raw {r['raw_tok_s']:.1f} tok/s", flush=True))

@@ -102,6 +102,10 @@ class SchedulerConfig:
     # readers), as a share of those readers, while another member's request waits there; the rest
     # are kept for the other members (an over-share member's newest is preempted). 1: no cap.
     member_seq_share: float = 0.5
+    # Plan each step while the one before computes (its ends of generation and its time then reach
+    # the plan a step late): on | off | auto: on with GPU offload, whose llama_decode returns before
+    # it has computed; off on a CPU, where llama_decode computes before returning and nothing overlaps.
+    plan_ahead: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -396,6 +400,7 @@ def validate(cfg: Config, source: str) -> Config:
     _check(0 <= sc.background_min_share < 1, source, "scheduler.background_min_share", "must be in [0, 1)")
     _check(1 <= sc.min_chunk <= m.n_batch, source, "scheduler.min_chunk", "must be 1..model.n_batch")
     _check(sc.max_step_ms > 0, source, "scheduler.max_step_ms", "must be positive")
+    _check(sc.plan_ahead in ("auto", "on", "off"), source, "scheduler.plan_ahead", "must be auto, on or off")
     _check(sc.prompt_cache_max_cells >= 0, source, "scheduler.prompt_cache_max_cells", "must be 0 or more")
     _check(0 < sc.member_seq_share <= 1, source, "scheduler.member_seq_share", "must be in (0, 1]")
     _check(cfg.speech.device in ("cpu", "cuda", "auto"), source, "speech.device", "must be cpu, cuda or auto")

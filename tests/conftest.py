@@ -39,13 +39,13 @@ def make_engine(runner):
 
     engines = []
 
-    def build(policies=None, **limits):
+    def build(policies=None, plan_ahead=os.environ.get("HOMEAI_TEST_PLAN_AHEAD") == "1", **limits):
         m = runner.cfg
         base = dict(num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
                     embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max,
                     interactive_cells=m.interactive_n_ctx)
         base.update(limits)
-        engine = Engine(runner, policies or dict(DEFAULT_POLICIES), SchedulerLimits(**base)).start()
+        engine = Engine(runner, policies or dict(DEFAULT_POLICIES), SchedulerLimits(**base), plan_ahead=plan_ahead).start()
         engines.append(engine)
         return engine
 

@@ -33,6 +33,7 @@ from typing import NamedTuple
 from homeai.engine.state import CacheState, EngineState, LaneState, Latency, PromptCacheUse
 from homeai.engine.stats import LaneWindow, RequestStats
 from homeai.engine.template import ChatPrompt, PromptTokens
+from homeai.engine.gpu import plans_ahead
 from homeai.engine.kvsize import without_model
 from homeai.engine.text import TextStream
 from homeai.sched import costmodel
@@ -196,8 +197,10 @@ def _set_all(events: list[asyncio.Event]) -> None:
 
 class Engine:
     def __init__(self, runner, policies: dict[str, LanePolicy], limits: SchedulerLimits,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, plan_ahead: bool = False):
         self.runner = runner
+        # Plan each step while the one before computes (`_loop_ahead`): the runner must `launch` and `collect`.
+        self.plan_ahead = plan_ahead
         self.policies = policies
         self.scheduler = Scheduler(policies, limits)
         self.clock = clock
@@ -448,6 +451,8 @@ class Engine:
                 log.exception("on_death callback failed")
 
     def _loop(self) -> None:
+        if self.plan_ahead:
+            return self._loop_ahead()
         num_failed = 0  # steps failed in a row
         while True:
             with self._mutex:
@@ -488,6 +493,75 @@ class Engine:
                 except Exception as exc:  # a bug must fail its requests, not silently stop the loop
                     log.exception("step %d could not be recorded", plan.step_id)
                     self._fail(plan, f"internal error: {exc}")
+
+    def _loop_ahead(self) -> None:
+        """The loop with each step planned while the one before computes: launch step N (on a GPU
+        `llama_decode` returns before computing it), settle what does not need its samples and
+        plan N+1 (`Scheduler.ahead`, `schedule`), then read N's samples (`collect`, where a GPU is
+        waited for) and settle them (`Scheduler.settle`: tokens written into N+1's items, ends of
+        generation). An end is so found a step late: that sequence's row in N+1 is dropped before
+        it runs. A step that found no KV slot, or raised, is settled as the plain loop settles it,
+        and the next is planned after it. On a CPU nothing overlaps (llama_decode computes before
+        it returns), which is why `scheduler.plan_ahead = "auto"` is on only with GPU offload."""
+        num_failed = 0  # steps failed in a row
+        plan: StepPlan | None = None  # planned while the step before computed
+        while True:
+            with self._mutex:
+                if self._stop:
+                    return
+                if plan is None:
+                    if self._calls and not self.scheduler.has_work():
+                        self._wake_readers()
+                        self._run_calls()
+                        continue
+                    held = self._background_holds > 0
+                    plan = self.scheduler.schedule(self.clock(), hold_background=held)
+                    if plan.idle:
+                        plan = None
+                        self._wake_readers()
+                        held_out = held and not self.scheduler.has_interactive_work()
+                        self.lock.wait(0.05 if held_out else self._idle_timeout())
+                        continue
+                else:
+                    self.scheduler.prune(plan)  # whatever ended since it was planned
+            self._wake_readers(before_step=True)
+            threads = getattr(self.runner, "num_threads", None)
+            next_plan = pending = None
+            try:
+                result = self.runner.launch(plan)
+                if not result.no_kv_slot and not plan.empty:
+                    with self._mutex:
+                        pending = self.scheduler.ahead(plan, self.clock())
+                        next_plan = self.scheduler.schedule(self.clock(), hold_background=self._background_holds > 0)
+                result = self.runner.collect(plan, result)
+            except Exception as exc:  # a broken step fails its requests, not the server
+                log.exception("step %d failed", plan.step_id)
+                with self.lock:
+                    self._fail(plan, str(exc))
+                    for request, _, ended in pending or ():  # ended ahead (their last token): no longer the step's
+                        if ended:
+                            self._close(request, "error", str(exc))
+                num_failed += 1
+                if num_failed >= MAX_FAILED_STEPS:
+                    raise EngineBroken(f"{num_failed} steps in a row failed, the last with: {exc}") from exc
+                plan = next_plan if next_plan is not None and not next_plan.idle else None
+                continue
+            num_failed = 0
+            with self._mutex:
+                self._follow_threads(threads)
+                self.counters["steps"] += 1
+                self.counters["step_tokens"] += plan.num_tokens
+                try:
+                    if pending is None:
+                        outputs = self.scheduler.update(plan, result, self.clock())
+                    else:
+                        outputs = self.scheduler.settle(plan, pending, result, self.clock(), next_plan)
+                    for output in outputs:
+                        self._deliver(output)
+                except Exception as exc:
+                    log.exception("step %d could not be recorded", plan.step_id)
+                    self._fail(plan, f"internal error: {exc}")
+            plan = next_plan if next_plan is not None and not next_plan.idle else None
 
     def _follow_threads(self, before: int | None) -> None:
         """The step ran with fewer (or more) llama.cpp threads than the one before (the core watch):
@@ -630,4 +704,5 @@ def scheduler_limits(cfg, info=None) -> SchedulerLimits:
 
 def create_engine(cfg, runner) -> Engine:
     """An engine over a loaded runner, with the scheduler limits the config and model allow."""
-    return Engine(runner, cfg.lanes, scheduler_limits(cfg, runner.info))
+    ahead = plans_ahead(cfg.scheduler.plan_ahead, cfg.model, runner.info.gpu_offload)
+    return Engine(runner, cfg.lanes, scheduler_limits(cfg, runner.info), plan_ahead=ahead)

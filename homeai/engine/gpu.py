@@ -35,6 +35,15 @@ def offloaded_layers(cfg: ModelConfig, gpu_backend: bool) -> int:
     return ALL_LAYERS if cfg.n_gpu_layers < 0 else cfg.n_gpu_layers
 
 
+def plans_ahead(setting: str, cfg: ModelConfig, gpu_backend: bool) -> bool:
+    """Whether the engine plans each step while the one before computes (`scheduler.plan_ahead`):
+    auto: when layers are offloaded to a GPU, whose llama_decode returns before it computes; on a
+    CPU it computes before returning, so nothing would overlap."""
+    if setting == "auto":
+        return offloaded_layers(cfg, gpu_backend) != 0
+    return setting == "on"
+
+
 def describe_offload(cfg: ModelConfig, gpu_backend: bool) -> str:
     layers = offloaded_layers(cfg, gpu_backend)
     setting = f"model.n_gpu_layers = {cfg.n_gpu_layers}"
