@@ -228,6 +228,10 @@ class Scheduler:
             return None
         if request.status is Status.WAITING:
             self.queues.remove(request)
+        output = request.output_tokens
+        if output and output[-1] == PENDING:  # its token was never read (a step settled `ahead`): nor charged
+            output.pop()
+            self._charge_output(request, -1.0)
         self._finish(request, reason, now)
         return request
 

@@ -174,3 +174,19 @@ def test_an_end_found_late_drops_the_row_planned_meanwhile():
     assert next_plan.empty
     assert [(o.request.request_id, o.sample, o.finished) for o in outputs] == [("x", None, True)]
     assert sched.requests.get("x") is None and not sched.running
+
+
+def test_aborted_while_its_token_is_pending_it_keeps_no_placeholder_and_no_charge():
+    sched = create_scheduler()
+    sched.add_request(Request("x", "chat", "m", list(range(10, 30)), 0.0, params=SamplingParams(max_tokens=50)))
+    plan = sched.schedule(0.0)
+    sched.update(plan, StepResult(samples={"x": Sample(7)}), 0.01)
+    charged = dict(sched.fair.counters)
+    request = sched.requests["x"]
+    plan = sched.schedule(0.02)
+    pending = sched.ahead(plan, 0.02)
+    assert request.output_tokens == [7, PENDING]
+    sched.abort("x")
+    assert request.output_tokens == [7] and sched.fair.counters == charged
+    assert sched.settle(plan, pending, StepResult(samples={"x": Sample(8)}), 0.03, None) == []
+    assert request.output_tokens == [7]
