@@ -15,7 +15,9 @@
 #   1. homeai bench model: random weights in Llama 3.1 8B's shape, q4_0 (about 4 GB, seconds)
 #   2. homeai doctor: the backends, layers offloaded by default, CUDA graphs in force and why
 #   3. homeai bench engine: homeai against the raw loop at 1-32 sequences (graphs as auto decides:
-#      off, with two generation contexts), and 1 sequence with one cache (graphs on): their cost
+#      off, with two generation contexts), and 1 sequence with one cache (graphs on): their cost;
+#      then 1-16 sequences with scheduler.plan_ahead off (auto plans each step while the one
+#      before computes, on a GPU): what planning ahead hides
 #   4. homeai bench household: the household workload, homeai against fifo and the others
 #   5. the abort of issue 16 with CUDA graphs on and two generation contexts: the bare
 #      two-context loop (python -m homeai.bench.graphs_repro), then `bench engine --seqs 32
@@ -28,9 +30,9 @@ shape=${SHAPE:-llama-8b}
 mkdir -p "$out"; report=$out/report.md
 started=$(date +%s)
 
-config() {  # config NAME INTERACTIVE_N_CTX CUDA_GRAPHS: issue 16's GPU config, n_gpu_layers left at its default
-  printf '[server]\nport = 8701\ndata_dir = "%s/data"\n[model]\npath = "%s"\nflash_attn = "%s"\nn_ctx = 65536\ninteractive_n_ctx = %s\nn_seq_max = 64\nn_batch = 2048\ncuda_graphs = "%s"\n' \
-    "$out" "$model" "$fa" "$2" "$3" > "$out/$1.toml"
+config() {  # config NAME INTERACTIVE_N_CTX CUDA_GRAPHS [PLAN_AHEAD]: issue 16's GPU config, n_gpu_layers left at its default
+  printf '[server]\nport = 8701\ndata_dir = "%s/data"\n[model]\npath = "%s"\nflash_attn = "%s"\nn_ctx = 65536\ninteractive_n_ctx = %s\nn_seq_max = 64\nn_batch = 2048\ncuda_graphs = "%s"\n[scheduler]\nplan_ahead = "%s"\n' \
+    "$out" "$model" "$fa" "$2" "$3" "${4:-auto}" > "$out/$1.toml"
 }
 
 step() {  # step NAME SECONDS COMMAND...: run it under a timeout, keep its output, note its status
@@ -53,10 +55,12 @@ echo >> "$report"
 config gpu 16384 auto
 config graphs-on 16384 on
 config one-cache 0 auto
+config plain 16384 auto off
 step model 120 $homeai bench model "$model" --shape "$shape" --type q4_0 || { echo "no model: stopping" >> "$report"; exit 1; }
 step doctor 60 $homeai --config "$out/gpu.toml" doctor
 step engine 150 $homeai --config "$out/gpu.toml" bench engine --tokens 128 --seqs 1,4,16,32
 step engine-one-cache-graphs-on 60 $homeai --config "$out/one-cache.toml" bench engine --tokens 128 --seqs 1
+step engine-plan-ahead-off 100 $homeai --config "$out/plain.toml" bench engine --tokens 128 --seqs 1,4,16
 step household 200 $homeai --config "$out/gpu.toml" bench household --duration 12 --out "$out/household"
 
 abort() { case $1 in 134) echo "abort" ;; 0) echo "no abort" ;; 124|137) echo "timed out (no abort seen)" ;; *) echo "failed ($1)" ;; esac; }
