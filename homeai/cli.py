@@ -421,7 +421,11 @@ def run_workloads(cfg: config_mod.Config, args) -> int:
         from homeai.models import generation_model
 
         runner = Runner(cfg.model, generation_model(cfg))
-    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg, runner and runner.info), runner=runner, profile=args.simulate, out=Path(args.out))
+    from homeai.engine.gpu import plans_ahead
+
+    ahead = plans_ahead(cfg.scheduler.plan_ahead, cfg.model, bool(runner and runner.info.gpu_offload))
+    bench = suite.Bench(cfg.lanes, scheduler_limits(cfg, runner and runner.info), runner=runner, profile=args.simulate,
+                        out=Path(args.out), plan_ahead=ahead)
     names = ["continuous", "household", "fairness"] if args.workload == "all" else [args.workload]
     quick = args.quick
     try:

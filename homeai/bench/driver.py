@@ -97,7 +97,10 @@ def _request(spec: Spec, arrival: float) -> Request:
 
 
 def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: SchedulerLimits, runner,
-        *, simulated: bool, progress=None, max_seconds: float = 900.0) -> RunResult:
+        *, simulated: bool, progress=None, max_seconds: float = 900.0, plan_ahead: bool = False) -> RunResult:
+    """The workload through one scheduler, step by step. `plan_ahead`: as the engine with
+    `scheduler.plan_ahead` on, each step's successor is planned when the step starts (while a GPU
+    would compute it), before its samples and its time are known (`Scheduler.ahead`, `settle`)."""
     sched = make_scheduler(policy, lanes, limits)
     runner.reset()
     clock = _VirtualClock() if simulated else _WallClock()
@@ -108,6 +111,7 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
     records = {s.request_id: RequestRecord(s, t0 + s.arrival_s) for s in pending}
     live: dict[str, Request] = {}
     steps: list[StepRecord] = []
+    ahead: StepPlan | None = None  # the next step, planned ahead
     i = 0
     while True:
         now = clock.now()
@@ -122,13 +126,22 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
                 records[spec.request_id].reason = "rejected"
                 records[spec.request_id].finish = now
                 _tick(progress)
-        if not sched.has_work() and i >= len(pending):
+        if not sched.has_work() and i >= len(pending) and ahead is None:
             break
         if now - t0 > max_seconds:
             for request_id in list(live):
                 sched.abort(request_id, "abort", now)
             break
-        plan = sched.schedule(now)
+        if ahead is not None:  # planned while the step before ran
+            plan, ahead = ahead, None
+            sched.prune(plan)
+            if any(sched.waiting.values()):  # came since it was planned
+                plan = sched.replan(plan, now)
+            if plan.empty:
+                runner.run(plan)  # its cache operations
+                continue
+        else:
+            plan = sched.schedule(now)
         if plan.empty:
             wake = [t0 + pending[i].arrival_s] if i < len(pending) else []
             nxt = sched.next_wakeup(now)
@@ -144,8 +157,15 @@ def run(workload: Workload, policy: str, lanes: dict[str, LanePolicy], limits: S
             member = live[item.request_id].member
             by_member[member] = by_member.get(member, 0) + len(item.tokens)
         result = runner.run(plan)
-        end = clock.advance(result.elapsed_ms / 1000.0)
-        outputs = sched.update(plan, result, end)
+        if plan_ahead:
+            settling = sched.ahead(plan, now)
+            ahead = sched.schedule(now) if sched.only_decoding() else None
+            end = clock.advance(result.elapsed_ms / 1000.0)
+            outputs = sched.settle(plan, settling, result, end, ahead)
+            ahead = None if ahead is None or ahead.idle else ahead
+        else:
+            end = clock.advance(result.elapsed_ms / 1000.0)
+            outputs = sched.update(plan, result, end)
         steps.append(StepRecord(now, end, plan.num_tokens, sum(1 for x in plan.generating if len(x.tokens) == 1 and x.sample),
                                 len(plan.items), _cells_used(sched), plan.budget,
                                 by_member, backlogged))

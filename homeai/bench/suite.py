@@ -37,8 +37,10 @@ PROFILES = {
 
 class Bench:
     def __init__(self, lanes: dict[str, LanePolicy], limits: SchedulerLimits, runner=None,
-                 profile: str | None = None, out: Path = Path("bench-out"), quiet: bool = False):
+                 profile: str | None = None, out: Path = Path("bench-out"), quiet: bool = False,
+                 plan_ahead: bool = False):
         self.lanes, self.limits, self.out, self.quiet = lanes, limits, Path(out), quiet
+        self.plan_ahead = plan_ahead  # each step planned while the one before runs (scheduler.plan_ahead)
         self.simulated = runner is None
         self.profile = profile or "cpu-smollm2"
         self.runner = runner or SimRunner(*load_profile(self.profile))
@@ -48,7 +50,7 @@ class Bench:
         with tqdm(total=len(workload.specs), desc=f"{workload.name} / {policy}", unit="req",
                   disable=self.quiet, file=sys.stderr, leave=False) as bar:
             return run(workload, policy, lanes or self.lanes, self.limits, self.runner,
-                       simulated=self.simulated, progress=bar, max_seconds=max_seconds)
+                       simulated=self.simulated, progress=bar, max_seconds=max_seconds, plan_ahead=self.plan_ahead)
 
     def compare(self, workload, policies=POLICIES) -> dict[str, RunResult]:
         return {p: self.run(workload, p) for p in policies}
@@ -57,6 +59,7 @@ class Bench:
                extra: dict | None = None) -> dict:
         doc = {
             "workload": name, "params": workload.params, "simulated": self.simulated,
+            **({"plan_ahead": True} if self.plan_ahead else {}),
             "cost_profile": f"{self.profile} {load_profile(self.profile)}" if self.simulated else None,
             "command": "homeai " + shlex.join(sys.argv[1:]) if "bench" in sys.argv[1:] else "homeai bench",
             "machine": _machine(self.runner),

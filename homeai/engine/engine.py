@@ -216,7 +216,8 @@ class Engine:
         self.on_finish: list[Callable[[RequestStats], None]] = []
         self.on_death: list[Callable[[str], None]] = []  # called once, from the dying loop thread
         self.failure: str | None = None  # why the loop died, once it has
-        self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0}
+        self.counters = {"rejected": {name: 0 for name in policies}, "steps": 0, "step_tokens": 0,
+                         "planned_ahead": 0}  # steps planned while the one before computed
         self.prompt_cache = {name: PromptCacheUse() for name in policies}  # per lane, since the start
         self.member_prompt_cache: dict[tuple[str, str], PromptCacheUse] = {}  # per (lane, member): a member's own
         self._ids = itertools.count()
@@ -500,8 +501,11 @@ class Engine:
         plan N+1 (`Scheduler.ahead`, `schedule`), then read N's samples (`collect`, where a GPU is
         waited for) and settle them (`Scheduler.settle`: tokens written into N+1's items, ends of
         generation). An end is so found a step late: that sequence's row in N+1 is dropped before
-        it runs. A step that found no KV slot, or raised, is settled as the plain loop settles it,
-        and the next is planned after it. On a CPU nothing overlaps (llama_decode computes before
+        it runs. N+1 is planned ahead only when it will hold decodes alone (nothing waits, no
+        prompt is part-read: `only_decoding`), and planned again (`replan`) if a request came
+        meanwhile, so an arrival is planned for as soon as in the plain loop; else it is planned
+        after N's samples, as in the plain loop. A step that found no KV slot, or raised, is settled as the plain loop settles
+        it, and the next is planned after it. On a CPU nothing overlaps (llama_decode computes before
         it returns), which is why `scheduler.plan_ahead = "auto"` is on only with GPU offload."""
         num_failed = 0  # steps failed in a row
         plan: StepPlan | None = None  # planned while the step before computed
@@ -524,6 +528,11 @@ class Engine:
                         continue
                 else:
                     self.scheduler.prune(plan)  # whatever ended since it was planned
+                    if any(self.scheduler.waiting.values()):  # came since: planned again, as the plain loop would
+                        plan = self.scheduler.replan(plan, self.clock(), hold_background=self._background_holds > 0)
+                        if plan.idle:
+                            plan = None
+                            continue
             self._wake_readers(before_step=True)
             threads = getattr(self.runner, "num_threads", None)
             next_plan = pending = None
@@ -532,7 +541,9 @@ class Engine:
                 if not result.no_kv_slot and not plan.empty:
                     with self._mutex:
                         pending = self.scheduler.ahead(plan, self.clock())
-                        next_plan = self.scheduler.schedule(self.clock(), hold_background=self._background_holds > 0)
+                        if self.scheduler.only_decoding():
+                            next_plan = self.scheduler.schedule(self.clock(), hold_background=self._background_holds > 0)
+                            self.counters["planned_ahead"] += 1
                 result = self.runner.collect(plan, result)
             except Exception as exc:  # a broken step fails its requests, not the server
                 log.exception("step %d failed", plan.step_id)

@@ -646,6 +646,22 @@ class Scheduler:
             outputs.append(new_tuple(Output, (request, sample, ended)))
         return outputs
 
+    def replan(self, plan: StepPlan, now: float, hold_background: bool = False) -> StepPlan:
+        """A plan made ahead (decodes alone: `only_decoding`), made again because requests came
+        since: a plan only plans (what ran is settled from the plan that ran), so the new one
+        replaces it whole; only its cache operations and ended requests carry over, first."""
+        fresh = self.schedule(now, hold_background)
+        for pool, ops in plan.cache_ops.items():
+            fresh.cache_ops[pool] = ops + fresh.cache_ops.get(pool, [])
+        fresh.done = plan.done + fresh.done
+        return fresh
+
+    def only_decoding(self) -> bool:
+        """Nothing waits and every running sequence decodes: the next step holds decodes alone,
+        whenever it is planned. Only then does the engine plan it ahead, so that a request arriving
+        meanwhile waits one decode step more, not a step of prompt chunks."""
+        return not self.embedding and not any(self.waiting.values()) and all([r.is_decoding for r in self.running])
+
     def prune(self, plan: StepPlan) -> None:
         """Drop from a plan made ahead the items of requests that ended since (an abort, a stop
         string, an end of generation): only what still holds its sequence runs."""

@@ -131,3 +131,24 @@ def test_the_raw_loop_reads_prompts_longer_than_one_batch_together(runner):
     assert sum(map(len, prompts)) > len(runner.batch.token)
     out = raw_batched_decode(runner, prompts, 4)
     assert out["tokens"] == 8 * 4
+
+
+def test_planning_ahead_keeps_the_bars_in_simulation(tmp_path):
+    """The household and fairness workloads on a consumer GPU's step costs, each step planned while
+    the one before runs (`scheduler.plan_ahead`): chat's first token with background load and
+    the light member's share are where the plain loop has them, and every request completes."""
+    cfg = small_config()
+    figures = {}
+    for ahead in (False, True):
+        bench = suite.Bench(cfg.lanes, scheduler_limits(cfg), runner=None, profile="gpu-consumer-8b",
+                            out=tmp_path / str(ahead), quiet=True, plan_ahead=ahead)
+        household = suite.household_bench(bench, duration_s=10, documents=1)
+        fairness = suite.fairness_bench(bench, duration_s=5)
+        homeai = household["policies"]["homeai"]
+        figures[ahead] = (homeai["lanes"]["chat"]["all"]["ttft_ms"]["p95"],
+                          fairness["shares"]["homeai"]["both_backlogged"]["light"], homeai["overall"]["succeeded"])
+    (plain_ttft, plain_share, plain_done), (ttft, share, done) = figures[False], figures[True]
+    assert ttft <= plain_ttft * 1.1, (plain_ttft, ttft)
+    assert abs(share - plain_share) < 0.02, (plain_share, share)
+    assert done == plain_done
+    assert json.loads((tmp_path / "True" / "household.json").read_text())["plan_ahead"] is True

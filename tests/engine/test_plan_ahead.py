@@ -67,6 +67,8 @@ def test_one_answer_at_a_time_is_the_plain_loops_word_for_word(make_engine, runn
         assert (finish.reason, finish.stats.output_tokens) == (want_finish.reason, want_finish.stats.output_tokens)
     assert any(f.reason == "stop" for _, f in expected), "no answer ended on its own: the late end went untested"
     assert watched.num_rows > 0
+    assert ahead.counters["planned_ahead"] > 100, "the steps were not planned ahead"
+    assert plain.counters["planned_ahead"] == 0
 
 
 def test_answers_in_one_batch_each_end_as_asked(make_engine, runner):

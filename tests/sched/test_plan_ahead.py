@@ -80,30 +80,40 @@ def run_plain(num_cells: int, make=workload) -> dict[str, Request]:
     raise AssertionError("the plain loop did not drain")
 
 
-def run_ahead(num_cells: int, make=workload) -> tuple[dict[str, Request], int, int]:
-    """The engine's `_loop_ahead`, with the fake runner; returns the requests, how many rows an end
-    found a step late dropped from the plan made meanwhile, and how many sequences that plan
-    preempted while their token was pending."""
+def run_ahead(num_cells: int, make=workload, as_engine: bool = False) -> tuple[dict[str, Request], int, int, int]:
+    """Every step's successor planned before its samples are settled (`as_engine`: only when it will
+    hold decodes alone, and planned again if a request came meanwhile, as the engine's
+    `_loop_ahead` does); with the fake runner. Returns the requests, how many rows an end found a
+    step late dropped from the plan made meanwhile, how many sequences that plan preempted
+    while their token was pending, and how many steps were planned ahead."""
     sched = create_scheduler(num_cells=num_cells, max_step_tokens=96)
     requests, ends = make()
     runner, now, waiting = EndingRunner(ends), 0.0, sorted(requests, key=lambda r: r.arrival_time)
-    plan, dropped, preempted = None, 0, 0
+    plan, dropped, preempted, planned_ahead = None, 0, 0, 0
     for _ in range(5000):
         while waiting and waiting[0].arrival_time <= now:
             sched.add_request(waiting.pop(0))
         if plan is None:
             if not waiting and not sched.has_work():
-                return {r.request_id: r for r in requests}, dropped, preempted
+                return {r.request_id: r for r in requests}, dropped, preempted, planned_ahead
             plan = sched.schedule(now)
         else:
             sched.prune(plan)
+            if as_engine and any(sched.waiting.values()):
+                plan = sched.replan(plan, now)
         result = runner.run(plan)
         if plan.empty:
             sched.update(plan, result, now + STEP_S)
             plan = None
         else:
             pending = sched.ahead(plan, now)
+            if as_engine and not sched.only_decoding():
+                sched.settle(plan, pending, result, now + STEP_S, None)
+                plan = None
+                now += STEP_S
+                continue
             next_plan = sched.schedule(now)
+            planned_ahead += 1
             preempted += sum(p.request.status is Status.WAITING for p in pending)
             planned = sum(len(b) for b in next_plan.batches.values())
             sched.settle(plan, pending, result, now + STEP_S, next_plan)
@@ -114,9 +124,9 @@ def run_ahead(num_cells: int, make=workload) -> tuple[dict[str, Request], int, i
 
 
 def test_every_request_ends_with_the_same_output_planned_ahead_as_not():
-    for num_cells in (4096, 550):  # room for everyone, and a cache small enough to preempt
+    for num_cells, as_engine in ((4096, False), (550, False), (4096, True), (550, True)):  # and a cache that preempts
         plain = run_plain(num_cells)
-        ahead, dropped, _ = run_ahead(num_cells)
+        ahead, dropped, _, planned_ahead = run_ahead(num_cells, as_engine=as_engine)
         assert set(plain) == set(ahead)
         for rid, request in ahead.items():
             assert request.status is Status.FINISHED, rid
@@ -124,12 +134,14 @@ def test_every_request_ends_with_the_same_output_planned_ahead_as_not():
             assert request.output_tokens == plain[rid].output_tokens, rid
             assert PENDING not in request.output_tokens
             assert request.embedding == plain[rid].embedding, rid
-        assert dropped > 0, "no end of generation was found a step late: the test missed its point"
+        assert planned_ahead > 0
+        if not as_engine:  # (the engine plans ahead only while nothing waits: rarely here)
+            assert dropped > 0, "no end of generation was found a step late: the test missed its point"
 
 
 def test_preempted_while_its_token_is_pending_it_resumes_with_the_token():
     plain = run_plain(300, crowded)
-    ahead, _, preempted = run_ahead(300, crowded)
+    ahead, _, preempted, _ = run_ahead(300, crowded)
     assert preempted > 0, "no sequence was preempted with its token pending: the test missed its point"
     for rid, request in ahead.items():
         assert (request.finish_reason, request.output_tokens) == (plain[rid].finish_reason, plain[rid].output_tokens), rid
@@ -190,3 +202,25 @@ def test_aborted_while_its_token_is_pending_it_keeps_no_placeholder_and_no_charg
     assert request.output_tokens == [7] and sched.fair.counters == charged
     assert sched.settle(plan, pending, StepResult(samples={"x": Sample(8)}), 0.03, None) == []
     assert request.output_tokens == [7]
+
+
+def test_a_plan_made_ahead_is_made_again_when_a_request_comes_and_keeps_its_cache_operations():
+    sched = create_scheduler()
+    sched.add_request(Request("x", "chat", "m", list(range(10, 30)), 0.0, params=SamplingParams(max_tokens=50)))
+    sched.add_request(Request("y", "chat", "n", list(range(40, 60)), 0.0, params=SamplingParams(max_tokens=3)))
+    plan = sched.schedule(0.0)
+    sched.update(plan, StepResult(samples={"x": Sample(7), "y": Sample(8)}), 0.01)
+    plan = sched.schedule(0.01)
+    sched.update(plan, StepResult(samples={"x": Sample(7), "y": Sample(8)}), 0.02)
+    plan = sched.schedule(0.02)
+    pending = sched.ahead(plan, 0.02)  # "y" ends here, at its last token: its cells go
+    assert sched.only_decoding()
+    ahead = sched.schedule(0.02)
+    assert ahead.cache_ops and ahead.done == ["y"]
+    sched.settle(plan, pending, StepResult(samples={"x": Sample(9), "y": Sample(9)}), 0.03, ahead)
+    sched.add_request(Request("z", "chat", "o", list(range(70, 90)), 0.0, params=SamplingParams(max_tokens=5)))
+    assert not sched.only_decoding()
+    again = sched.replan(ahead, 0.03)
+    assert {i.request_id for i in again.items} == {"x", "z"}, "the newcomer waits no longer than in the plain loop"
+    assert again.done[:1] == ["y"] and all(again.cache_ops[p][:len(ops)] == ops for p, ops in ahead.cache_ops.items())
+    assert [i.tokens for i in again.items if i.request_id == "x"] == [[9]]
