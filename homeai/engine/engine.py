@@ -502,23 +502,31 @@ class Engine:
         waited for) and settle them (`Scheduler.settle`: tokens written into N+1's items, ends of
         generation). An end is so found a step late: that sequence's row in N+1 is dropped before
         it runs. N+1 is planned ahead only when it will hold decodes alone (nothing waits, no
-        prompt is part-read: `only_decoding`), and planned again (`replan`) if a request came
-        meanwhile, so an arrival is planned for as soon as in the plain loop; else it is planned
-        after N's samples, as in the plain loop. A step that found no KV slot, or raised, is settled as the plain loop settles
-        it, and the next is planned after it. On a CPU nothing overlaps (llama_decode computes before
-        it returns), which is why `scheduler.plan_ahead = "auto"` is on only with GPU offload."""
+        prompt is part-read: `only_decoding`), and planned again (`replan`) if a request came or
+        background was held meanwhile, so both take effect as soon as in the plain loop; else it
+        is planned after N's samples, as the plain loop plans it. A step that found no KV slot, or
+        raised, is settled as the plain loop settles it, and the next is planned after it. On a
+        CPU nothing overlaps (llama_decode computes before it returns): `scheduler.plan_ahead =
+        "auto"` is on only with GPU offload."""
         num_failed = 0  # steps failed in a row
         plan: StepPlan | None = None  # planned while the step before computed
+        planned_held = False  # whether background was held when it was
         while True:
             with self._mutex:
                 if self._stop:
                     return
+                held = self._background_holds > 0
+                if plan is not None:
+                    self.scheduler.prune(plan)  # whatever ended since it was planned
+                    if any(self.scheduler.waiting.values()) or held != planned_held:
+                        plan = self.scheduler.replan(plan, self.clock(), hold_background=held)
+                        if plan.idle:
+                            plan = None
                 if plan is None:
                     if self._calls and not self.scheduler.has_work():
                         self._wake_readers()
                         self._run_calls()
                         continue
-                    held = self._background_holds > 0
                     plan = self.scheduler.schedule(self.clock(), hold_background=held)
                     if plan.idle:
                         plan = None
@@ -526,13 +534,6 @@ class Engine:
                         held_out = held and not self.scheduler.has_interactive_work()
                         self.lock.wait(0.05 if held_out else self._idle_timeout())
                         continue
-                else:
-                    self.scheduler.prune(plan)  # whatever ended since it was planned
-                    if any(self.scheduler.waiting.values()):  # came since: planned again, as the plain loop would
-                        plan = self.scheduler.replan(plan, self.clock(), hold_background=self._background_holds > 0)
-                        if plan.idle:
-                            plan = None
-                            continue
             self._wake_readers(before_step=True)
             threads = getattr(self.runner, "num_threads", None)
             next_plan = pending = None
@@ -542,16 +543,14 @@ class Engine:
                     with self._mutex:
                         pending = self.scheduler.ahead(plan, self.clock())
                         if self.scheduler.only_decoding():
-                            next_plan = self.scheduler.schedule(self.clock(), hold_background=self._background_holds > 0)
+                            planned_held = self._background_holds > 0
+                            next_plan = self.scheduler.schedule(self.clock(), hold_background=planned_held)
                             self.counters["planned_ahead"] += 1
                 result = self.runner.collect(plan, result)
             except Exception as exc:  # a broken step fails its requests, not the server
                 log.exception("step %d failed", plan.step_id)
                 with self.lock:
-                    self._fail(plan, str(exc))
-                    for request, _, ended in pending or ():  # ended ahead (their last token): no longer the step's
-                        if ended:
-                            self._close(request, "error", str(exc))
+                    self._fail_ahead(plan, pending, str(exc))
                 num_failed += 1
                 if num_failed >= MAX_FAILED_STEPS:
                     raise EngineBroken(f"{num_failed} steps in a row failed, the last with: {exc}") from exc
@@ -571,8 +570,16 @@ class Engine:
                         self._deliver(output)
                 except Exception as exc:
                     log.exception("step %d could not be recorded", plan.step_id)
-                    self._fail(plan, f"internal error: {exc}")
+                    self._fail_ahead(plan, pending, f"internal error: {exc}")
             plan = next_plan if next_plan is not None and not next_plan.idle else None
+
+    def _fail_ahead(self, plan: StepPlan, pending, error: str) -> None:
+        """`_fail`, for a step settled ahead: the requests `ahead` already ended (their last token)
+        are no longer the scheduler's, and hear why from here."""
+        self._fail(plan, error)
+        for request, _, ended in pending or ():
+            if ended:
+                self._close(request, "error", error)
 
     def _follow_threads(self, before: int | None) -> None:
         """The step ran with fewer (or more) llama.cpp threads than the one before (the core watch):
