@@ -36,7 +36,7 @@ SHORT = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 
 
 class Faulty:
-    """The shared runner, except that `run` raises on the calls `fails(n)` picks (n counts from 1)."""
+    """The shared runner, except that a step raises on the calls `fails(n)` picks (n counts from 1)."""
 
     def __init__(self, runner, fails=lambda n: True):
         self._runner, self._fails, self.num_runs = runner, fails, 0
@@ -45,10 +45,17 @@ class Faulty:
         return getattr(self._runner, name)
 
     def run(self, plan):
+        self._step()
+        return self._runner.run(plan)
+
+    def launch(self, plan):  # a step's first half, where the engine plans ahead (scheduler.plan_ahead)
+        self._step()
+        return self._runner.launch(plan)
+
+    def _step(self) -> None:
         self.num_runs += 1
         if self._fails(self.num_runs):
             raise RuntimeError("injected fault")
-        return self._runner.run(plan)
 
 
 @pytest.fixture
@@ -164,7 +171,7 @@ from homeai.engine import runner
 def broken(self, plan):
     raise RuntimeError("injected fault")
 
-runner.Runner.run = broken  # the fault, injected in this process only
+runner.Runner.run = runner.Runner.launch = broken  # the fault, injected in this process only
 from homeai.cli import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -34,10 +34,17 @@ class Faulty:
         return getattr(self._runner, name)
 
     def run(self, plan):
+        self._step()
+        return self._runner.run(plan)
+
+    def launch(self, plan):  # a step's first half, where the engine plans ahead (scheduler.plan_ahead)
+        self._step()
+        return self._runner.launch(plan)
+
+    def _step(self) -> None:
         self.num_runs += 1
         if self.num_runs == 1:
             raise RuntimeError("injected fault")
-        return self._runner.run(plan)
 
 
 @pytest.fixture
