@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python scripts/sched_step_cost.py [--seqs 1,4,16] [--lanes summaries,chat]
                                                           [--steps 2000] [--reps 5] [--profile LANE:N]
-                                                          [--planning] [--cached N]
+                                                          [--planning] [--cached N] [--plan-ahead]
 
 No model: the runner is a fake that samples token 7 for every row. Each case admits N requests
 of one lane (a background lane, as `homeai bench engine` uses, or an interactive one), reads
@@ -14,7 +14,10 @@ prompt cache on: `--cached N` leaves N earlier one-token answers' prefixes in it
 engine has after a few answers, each looked at by the cache's expiry every step). Prints the median over `reps` of
 the mean milliseconds per step (wall clock, perf_counter), and with `--planning` the medians
 of `homeai.bench.engine_bench.planning_cost()` (256 waiting, 64 running). `--profile chat:1`
-prints a cProfile of that case instead.
+prints a cProfile of that case instead. `--plan-ahead` runs the steps as the engine does when it
+plans each step while the one before computes (`ahead()`, `schedule()`, `settle()`), and says
+how much of the step comes after its samples (`settle()`, `prune()`): on a GPU, the rest is done
+while it computes.
 
 Wall time on a shared box moves 10-50% from minute to minute; instructions do not. To compare two
 checkouts exactly, count the instructions of a case's steps alone (valgrind's callgrind, counting
@@ -82,10 +85,36 @@ def run_steps(sched: Scheduler, now: float, steps: int) -> float:
     return now
 
 
-def ms_per_step(lane: str, num_running: int, steps: int, num_cached: int = 0) -> float:
+AFTER_SAMPLES = [0.0]  # seconds the ahead steps spent after their samples (settle, prune): what a GPU waits for
+
+
+def run_steps_ahead(sched: Scheduler, now: float, steps: int) -> float:
+    """`run_steps` as the engine does them planning ahead (`scheduler.plan_ahead`): the step
+    settled in two halves, the next planned between them (while a GPU computes); the time spent
+    after the samples, until the next step could launch, is added to AFTER_SAMPLES."""
+    plan = sched.schedule(now)
+    after_samples = 0.0
+    for _ in range(steps):
+        pending = sched.ahead(plan, now)
+        after = sched.schedule(now) if sched.only_decoding() else None
+        result = _fake(plan)
+        start = time.perf_counter()
+        sched.settle(plan, pending, result, now, after)
+        if after is not None:
+            sched.prune(after)
+            if any(sched.waiting.values()):
+                after = sched.replan(after, now)
+        after_samples += time.perf_counter() - start
+        plan = after if after is not None else sched.schedule(now)
+        now += 0.001
+    AFTER_SAMPLES[0] += after_samples
+    return now
+
+
+def ms_per_step(lane: str, num_running: int, steps: int, num_cached: int = 0, ahead: bool = False) -> float:
     sched, now = steady(lane, num_running, num_cached)
     start = time.perf_counter()
-    run_steps(sched, now, steps)
+    (run_steps_ahead if ahead else run_steps)(sched, now, steps)
     elapsed = time.perf_counter() - start
     assert len(sched.running) == num_running and not any(r.num_preemptions for r in sched.running), "not steady"
     return elapsed / steps * 1000
@@ -106,12 +135,13 @@ def main() -> None:
     ap.add_argument("--planning", action="store_true", help="also planning_cost() (256 waiting, 64 running)")
     ap.add_argument("--cached", type=int, default=0, help="earlier requests' prefixes in the prompt cache")
     ap.add_argument("--callgrind", help="LANE:N: under callgrind, count that case's steps alone (see above)")
+    ap.add_argument("--plan-ahead", action="store_true", help="the steps as the engine runs them planning ahead")
     args = ap.parse_args()
     if args.callgrind:
         lane, n = args.callgrind.split(":")
         sched, now = steady(lane, int(n), args.cached)
         _instrument("on")
-        run_steps(sched, now, args.steps)
+        (run_steps_ahead if args.plan_ahead else run_steps)(sched, now, args.steps)
         _instrument("off")
         print(f"{args.steps} steps: divide the I refs callgrind reports by {args.steps}")
         return
@@ -124,8 +154,10 @@ def main() -> None:
         return
     for lane in args.lanes.split(","):
         for n in map(int, args.seqs.split(",")):
-            runs = [ms_per_step(lane, n, args.steps, args.cached) for _ in range(args.reps)]
-            print(f"{lane:10s} {n:3d} running: {statistics.median(runs):.4f} ms/step "
+            AFTER_SAMPLES[0] = 0.0
+            runs = [ms_per_step(lane, n, args.steps, args.cached, args.plan_ahead) for _ in range(args.reps)]
+            after = f", {AFTER_SAMPLES[0] / (args.steps * args.reps) * 1000:.4f} of it after the samples" if args.plan_ahead else ""
+            print(f"{lane:10s} {n:3d} running: {statistics.median(runs):.4f} ms/step{after} "
                   f"(runs {', '.join(f'{r:.4f}' for r in runs)})")
     if args.planning:
         from homeai.bench.engine_bench import planning_cost

@@ -62,13 +62,15 @@ from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult, new_t
 from homeai.sched.policy import HOMEAI, Policy
 from homeai.sched.pools import GENERATE, KVPools, Pool, PromptCache
 from homeai.sched.queues import WaitingQueues
-from homeai.sched.request import RUNNING, Kind, Request, Sample, Status
+from homeai.sched.request import GENERATE_KIND, RUNNING, WAITING, Kind, Request, Sample, Status
 from homeai.sched.share import BackgroundShare
 from homeai.sched.step import Admissions, Moment, Step
 from homeai.sched.window import eligible_at
 from lanes.base import LanePolicy
 
 _NUM_COMPUTED = attrgetter("num_computed_tokens")
+_REQUEST_ID = attrgetter("request_id")
+FINISHED = Status.FINISHED  # (a plain name: see `request.RUNNING`)
 PENDING = -1  # a sampled token's place while the step that samples it computes (`ahead`)
 
 
@@ -561,7 +563,8 @@ class Scheduler:
         """`update()` before the samples are read: every token of the step computed, fair share
         charged (each sampled row's output token too), background's credit settled; each sampled
         row's place in its request's output holds PENDING; a request at its last token ends here,
-        as update() ends it. Returns the sampled rows, for `settle`."""
+        as update() ends it. Returns the sampled rows, for `settle`. (One pass over the items, as
+        `_advance`: it runs for every sequence every step.)"""
         self._clock = now
         self.pacing.step_ran()
         if plan.background is not None:
@@ -571,25 +574,40 @@ class Scheduler:
                 self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
             self.pools.expire(self.cost.tokens_per_kcell())
         pending: list[Pending] = []
-        for item in plan.items:
-            request = self.requests.get(item.request_id)
-            if request is None or request.status is not RUNNING or request.seq_id != item.seq_id:
+        requests, policies, counters = self.requests, self.policies, self.fair.counters
+        output_cost: dict[str, float] = {}  # per lane: fair share's charge for one output token
+        for item in plan.generating:
+            request_id, _, seq_id, start, tokens, sampled, _, _ = item
+            request = requests.get(request_id)
+            if request is None or request.status is not RUNNING or request.seq_id != seq_id:
                 continue  # aborted or preempted while the step was planned
-            self._charge_prompt(request, item)
-            request.num_computed_tokens = item.start + len(item.tokens)
-            if not item.sample:
-                continue
-            if request.kind is Kind.EMBED:  # its last chunk: the vector is read in settle()
-                self._finish(request, "stop", now)
-                pending.append(Pending(request, 0, True))
+            if request.num_charged_prompt < len(request.prompt_tokens):
+                self._charge_prompt(request, item)
+            request.num_computed_tokens = start + len(tokens)
+            if not sampled:
                 continue
             output = request.output_tokens
             output.append(PENDING)
-            self._charge_output(request, 1.0)
-            ended = len(output) >= request.max_tokens
+            lane = request.lane
+            cost = output_cost.get(lane)
+            if cost is None:
+                cost = output_cost[lane] = self.fair.output_cost(policies[lane].weight)
+            key = (lane, request.member)
+            counters[key] = counters.get(key, 0.0) + cost
+            forced = request.params.forced_tokens  # `request.max_tokens`, inlined
+            ended = len(output) >= (request.params.max_tokens if forced is None else len(forced))
             if ended:
                 self._finish(request, "length", now)
-            pending.append(Pending(request, request.num_tokens - 1, ended))
+            pending.append(new_tuple(Pending, (request, len(request.prompt_tokens) + len(output) - 1, ended)))
+        for item in plan.batches[Pool.EMBED]:
+            request = requests.get(item.request_id)
+            if request is None or request.finished or request.seq_id != item.seq_id:
+                continue
+            self._charge_prompt(request, item)
+            request.num_computed_tokens = item.start + len(item.tokens)
+            if item.sample:  # its last chunk: the vector is read in settle()
+                self._finish(request, "stop", now)
+                pending.append(Pending(request, 0, True))
         return pending
 
     def settle(self, plan: StepPlan, pending: list[Pending], result: StepResult, now: float,
@@ -605,32 +623,23 @@ class Scheduler:
         samples = result.samples
         planned: dict[str, ScheduledItem] | None = None  # next_plan's items by request, once one is patched
         for request, position, ended in pending:
-            if request.kind is Kind.EMBED:
+            if request.kind is not GENERATE_KIND:  # an embedding input's last chunk
                 request.embedding = result.embeddings.get(request.request_id)
                 request.first_token_time = request.finish_time = now
                 outputs.append(Output(request, None, True))
                 continue
-            if request.finished and not ended:
+            if request.status is FINISHED and not ended:
                 continue  # aborted while the step computed
             sample = samples[request.request_id]
+            last = request.last_token_time
             if request.first_token_time is None:
                 request.first_token_time = now
-            elif request.last_token_time is not None:
-                request.itls.append(now - request.last_token_time)
+            elif last is not None:
+                request.itls.append(now - last)
             request.last_token_time = now
             output = request.output_tokens
             if sample.is_eog:
-                output.pop()  # (its PENDING: nothing else is added while the step computes)
-                self._charge_output(request, -1.0)
-                if ended:
-                    request.finish_reason, request.finish_time = "stop", now
-                else:
-                    if request.status is Status.WAITING:  # preempted by the plan made meanwhile
-                        self.queues.remove(request)
-                    self._finish(request, "stop", now)
-                    if next_plan is not None:
-                        batch = next_plan.batches[request.pool]
-                        batch[:] = [i for i in batch if i.request_id != request.request_id]
+                self._ended_late(request, ended, now, next_plan)
                 outputs.append(new_tuple(Output, (request, None, True)))
                 continue
             token = output[position - len(request.prompt_tokens)] = sample.token
@@ -639,12 +648,31 @@ class Scheduler:
                 request.finish_time = now
             elif next_plan is not None:
                 if planned is None:
-                    planned = {i.request_id: i for i in next_plan.generating}
+                    items = next_plan.generating
+                    planned = dict(zip(map(_REQUEST_ID, items), items))
                 item = planned.get(request.request_id)
-                if item is not None and item.start <= position < item.start + len(item.tokens):
-                    item.tokens[position - item.start] = token
+                if item is not None:
+                    start, tokens = item[3], item[4]  # (a named tuple's fields by index: every sequence, every step)
+                    if start <= position < start + len(tokens):
+                        tokens[position - start] = token
             outputs.append(new_tuple(Output, (request, sample, ended)))
         return outputs
+
+    def _ended_late(self, request: Request, ended: bool, now: float, next_plan: StepPlan | None) -> None:
+        """An end of generation sampled in a step settled ahead: the request ends "stop" as update()
+        would have ended it, without the token's place or its output charge, and leaves the plan
+        made meanwhile (preempted by it, it leaves its queue)."""
+        request.output_tokens.pop()  # (its PENDING: nothing else is added while the step computes)
+        self._charge_output(request, -1.0)
+        if ended:  # `ahead` ended it at its last token: only the reason changes
+            request.finish_reason, request.finish_time = "stop", now
+            return
+        if request.status is WAITING:
+            self.queues.remove(request)
+        self._finish(request, "stop", now)
+        if next_plan is not None:
+            batch = next_plan.batches[request.pool]
+            batch[:] = [i for i in batch if i.request_id != request.request_id]
 
     def replan(self, plan: StepPlan, now: float, hold_background: bool = False) -> StepPlan:
         """A plan made ahead (decodes alone: `only_decoding`), made again because requests came
@@ -660,7 +688,12 @@ class Scheduler:
         """Nothing waits and every running sequence decodes: the next step holds decodes alone,
         whenever it is planned. Only then does the engine plan it ahead, so that a request arriving
         meanwhile waits one decode step more, not a step of prompt chunks."""
-        return not self.embedding and not any(self.waiting.values()) and all([r.is_decoding for r in self.running])
+        if self.embedding or any(self.waiting.values()):
+            return False
+        for r in self.running:  # `is_decoding`, inlined (every sequence, every step)
+            if len(r.prompt_tokens) + len(r.output_tokens) - r.num_computed_tokens != 1 or not r.output_tokens:
+                return False
+        return True
 
     def prune(self, plan: StepPlan) -> None:
         """Drop from a plan made ahead the items of requests that ended since (an abort, a stop
