@@ -32,7 +32,9 @@ def runner():
 
 @pytest.fixture
 def make_engine(runner):
-    """Build engines over the shared runner (one at a time); each is stopped after the test."""
+    """Build engines over the shared runner (one at a time); each is stopped after the test.
+    `HOMEAI_TEST_PLAN_AHEAD=1` makes them plan each step while the one before computes (as with a
+    GPU), to run the suite that way."""
     from homeai.engine.engine import Engine
     from homeai.sched.scheduler import SchedulerLimits
     from lanes import DEFAULT_POLICIES
