@@ -44,6 +44,7 @@ def facts(cfg: Config) -> dict:
            "gpu_offload": backend["gpu_offload"],
            "n_gpu_layers": gpu.describe_offload(cfg.model, backend["gpu_offload"]),
            "cuda_graphs": gpu.cuda_graphs(cfg.model, backend["gpu_offload"]).reason,
+           "plan_ahead": gpu.describe_plan_ahead(cfg.scheduler.plan_ahead, cfg.model, backend["gpu_offload"]),
            "use_extra_bufts": cfg.model.use_extra_bufts, "cpu_features": backend["system_info"],
            "threads": _threads(cfg), "openmp_wait": threads.wait_policy()}
     try:
@@ -190,7 +191,7 @@ def _tts_voice(cfg: Config) -> str:
 def render(info: dict) -> str:
     labels = {"homeai": "homeai version", "config": "config file", "backends": "llama.cpp backends",
               "gpu_offload": "GPU offload available", "n_gpu_layers": "layers offloaded",
-              "cuda_graphs": "CUDA graphs",
+              "cuda_graphs": "CUDA graphs", "plan_ahead": "planning ahead",
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
               "model": "generation model", "chat_template": "chat template", "kv_caches": "KV caches",

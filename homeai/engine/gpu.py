@@ -44,6 +44,18 @@ def plans_ahead(setting: str, cfg: ModelConfig, gpu_backend: bool) -> bool:
     return setting == "on"
 
 
+def describe_plan_ahead(setting: str, cfg: ModelConfig, gpu_backend: bool) -> str:
+    """`plans_ahead`'s answer and why, for `homeai doctor`."""
+    on = plans_ahead(setting, cfg, gpu_backend)
+    if setting != "auto":
+        why = f"scheduler.plan_ahead = {setting}"
+    elif on:
+        why = "auto: layers run on a GPU, whose llama_decode returns before it computes"
+    else:
+        why = "auto: no layers run on a GPU, and on a CPU llama_decode computes before it returns"
+    return f"{'on' if on else 'off'} ({why})"
+
+
 def describe_offload(cfg: ModelConfig, gpu_backend: bool) -> str:
     layers = offloaded_layers(cfg, gpu_backend)
     setting = f"model.n_gpu_layers = {cfg.n_gpu_layers}"

@@ -7,6 +7,8 @@ Run: .venv/bin/python -m pytest tests/engine/test_gpu.py
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from homeai.config import ConfigError, ModelConfig, from_dict
@@ -73,8 +75,10 @@ def test_on_this_cpu_only_build_the_defaults_keep_everything_on_the_cpu():
     assert info["gpu_offload"] is False
     assert info["n_gpu_layers"] == "none: this llama.cpp build has no GPU backend (model.n_gpu_layers = -1)"
     assert info["cuda_graphs"] == "not used: no layers run on a GPU"
+    assert info["plan_ahead"].startswith("off (auto: no layers run on a GPU")
     text = render(info)
     assert "layers offloaded" in text and "CUDA graphs" in text and "-DCMAKE_CUDA_ARCHITECTURES" in text
+    assert re.search(r"planning ahead +off \(auto", text)
 
 
 @pytest.mark.model
