@@ -87,12 +87,20 @@ def read_response(sock: socket.socket) -> bytes:
     """One whole response with a Content-Length body, the connection left open."""
     received = b""
     while b"\r\n\r\n" not in received:
-        received += sock.recv(65536)
+        received += _more(sock, received)
     head, _, body = received.partition(b"\r\n\r\n")
     length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
     while len(body) < length:
-        body += sock.recv(65536)
+        body += _more(sock, received + body)
     return head + b"\r\n\r\n" + body
+
+
+def _more(sock: socket.socket, so_far: bytes) -> bytes:
+    """The next bytes of a response; the server closing before it is whole fails at once (an
+    empty read repeated would spin until the test's timeout)."""
+    chunk = sock.recv(65536)
+    assert chunk, f"the server closed the connection after {so_far[:200]!r}"
+    return chunk
 
 
 # ---- the request head's deadline ---------------------------------------------------------------
