@@ -85,14 +85,34 @@ def read_until_closed(sock: socket.socket) -> bytes:
 
 def read_response(sock: socket.socket) -> bytes:
     """One whole response with a Content-Length body, the connection left open."""
-    received = b""
-    while b"\r\n\r\n" not in received:
-        received += _more(sock, received)
-    head, _, body = received.partition(b"\r\n\r\n")
+    (response,) = read_responses(sock, 1)
+    return response
+
+
+def read_responses(sock: socket.socket, count: int) -> list[bytes]:
+    """`count` whole responses with Content-Length bodies, in order, the connection left open.
+    Pipelined answers can come in one read, so the bytes past one response begin the next."""
+    received, responses = b"", []
+    while len(responses) < count:
+        response, rest = _split_response(received)
+        if response is None:
+            received += _more(sock, received)
+        else:
+            responses.append(response)
+            received = rest
+    assert not received, f"more came than {count} responses: {received[:200]!r}"
+    return responses
+
+
+def _split_response(data: bytes) -> tuple[bytes | None, bytes]:
+    """The first whole response in `data` and what follows it; None while it is not whole yet."""
+    head, blank, body = data.partition(b"\r\n\r\n")
+    if not blank:
+        return None, data
     length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
-    while len(body) < length:
-        body += _more(sock, received + body)
-    return head + b"\r\n\r\n" + body
+    if len(body) < length:
+        return None, data
+    return head + blank + body[:length], body[length:]
 
 
 def _more(sock: socket.socket, so_far: bytes) -> bytes:
@@ -154,7 +174,7 @@ def test_a_kept_alive_connection_serves_request_after_request(served):
 def test_pipelined_requests_are_all_answered(served):
     with contextlib.closing(raw_socket(served)) as sock:
         sock.sendall(HEALTHZ * 3)
-        answers = [read_response(sock) for _ in range(3)]
+        answers = read_responses(sock, 3)
     assert all(a.startswith(b"HTTP/1.1 200 ") for a in answers)
 
 
