@@ -40,6 +40,11 @@ class Admission:
         self.pacing, self.share, self.policy, self.embed_chunked = pacing, share, policy, embed_chunked
         self._targets = {name: p.itl_target_ms for name, p in policies.items()}
 
+    def refused(self, request: Request, step: Step) -> bool:
+        """A waiting generation request no smaller than one of its class and pool refused this step:
+        `admit` refuses it first thing (asked before placing it, of each pair of a full house)."""
+        return request.num_tokens >= step.admissions.failed_need.get((request.interactive, request.pool), math.inf)
+
     def admit(self, request: Request, step: Step, preempt: Callable[[Request], None]) -> bool:
         """Admit a waiting generation request now, if it may be (`preempt` gives way a victim)."""
         memo, interactive, group = step.admissions, request.interactive, (request.interactive, request.pool)

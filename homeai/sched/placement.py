@@ -79,6 +79,9 @@ class Placement:
                 del candidates[key]
             if request.request_id in planned:
                 continue
+            if request.status is WAITING and request.kind is GENERATE_KIND and self.admission.refused(request, step):
+                candidates.pop(key, None)  # as `place` would end, without its checks (most pairs of a full house)
+                continue
             n = self.place(step, plan, request, budget - used)
             if n == 0:
                 candidates.pop(key, None)  # this pair cannot go further this step
