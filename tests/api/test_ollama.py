@@ -151,12 +151,14 @@ def test_num_predict_limits_the_answer(client, served):
 
 
 def test_seed_and_temperature_zero_are_deterministic(client, served):
+    # The same prompt read the same way gives the same answer, greedy or sampled with a seed. The
+    # first read is left out: a prompt read whole (or after a shorter cached prefix, an earlier
+    # test's) and one read after its own cached prefix differ in the last bits of their logits,
+    # which can turn a near-tie, greedy too, or a sampler at 0.9 into another token.
     options = {"num_predict": 12, "temperature": 0, "seed": 3}
+    client.chat(model=served, messages=HI, stream=False, options=options)
     first = client.chat(model=served, messages=HI, stream=False, options=options).message.content
     assert client.chat(model=served, messages=HI, stream=False, options=options).message.content == first
-    # Sampled with a seed: the same prompt read the same way gives the same answer. (The first read
-    # is left out: a prompt read whole and one read after a cached prefix differ in the last bits
-    # of their logits, which a sampler at 0.9 can turn into another token.)
     sampled = {"num_predict": 12, "temperature": 0.9, "seed": 11}
     client.generate(model=served, prompt="Name a colour.", options=sampled)
     once = client.generate(model=served, prompt="Name a colour.", options=sampled).response
