@@ -75,12 +75,12 @@ class Placement:
                 at += 1
             key = ranked[at]
             request = candidates[key].popleft()
+            if request.status is WAITING and request.kind is GENERATE_KIND and self.admission.refused(request, step):
+                del candidates[key]  # as `place` would end, without its checks (most pairs of a full house)
+                continue
             if not _goes_on(candidates[key], step):
                 del candidates[key]
             if request.request_id in planned:
-                continue
-            if request.status is WAITING and request.kind is GENERATE_KIND and self.admission.refused(request, step):
-                candidates.pop(key, None)  # as `place` would end, without its checks (most pairs of a full house)
                 continue
             n = self.place(step, plan, request, budget - used)
             if n == 0:
