@@ -1,7 +1,7 @@
 """The scheduler's fixed cost per step: schedule() + update() with a few sequences decoding, nothing waiting.
 
     PYTHONPATH=. .venv/bin/python scripts/sched_step_cost.py [--seqs 1,4,16] [--lanes summaries,chat]
-                                                          [--steps 2000] [--reps 5] [--profile LANE:N]
+                                                          [--steps 1500] [--reps 5] [--profile LANE:N]
                                                           [--planning] [--cached N] [--plan-ahead]
 
 No model: the runner is a fake that samples token 7 for every row. Each case admits N requests
@@ -9,7 +9,7 @@ of one lane (a background lane, as `homeai bench engine` uses, or an interactive
 their prompts, then times `steps` steps of steady decoding: every step one token a sequence,
 as the engine's steady state at N sequences. The limits are the engine's defaults with the
 two caches of a GPU's context (65,536 cells, 32,768 for the interactive lanes: sixteen sequences
-decode 2,000 steps without filling them, so no step preempts; 32 sequence ids; n_batch 512; the
+decode 1,500 steps without filling them (16 x 2,048), so no step preempts; 32 sequence ids; n_batch 512; the
 prompt cache on: `--cached N` leaves N earlier one-token answers' prefixes in it first, as the
 engine has after a few answers, each looked at by the cache's expiry every step). Prints the median over `reps` of
 the mean milliseconds per step (wall clock, perf_counter), and with `--planning` the medians
@@ -129,7 +129,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seqs", default="1,4,16")
     ap.add_argument("--lanes", default="summaries,chat")
-    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", help="LANE:N: print a cProfile of that case")
     ap.add_argument("--planning", action="store_true", help="also planning_cost() (256 waiting, 64 running)")

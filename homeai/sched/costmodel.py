@@ -25,7 +25,7 @@ after a long idle, are learnt from as they come: the prior is a guess, not a mac
 
 from __future__ import annotations
 
-from operator import add, mul
+from operator import add, itemgetter, mul
 from typing import NamedTuple
 
 NAMES = ("base", "per_token", "per_token_per_kcell", "per_output")  # a, b, c, d
@@ -149,10 +149,12 @@ class StepCostModel:
 
     def _fit(self) -> tuple[float, ...]:
         """Least squares with the coefficients the data would push out of bounds held at the bound.
-        (Asked once a step, so kept lean: the sums are added up once, and each solve works in place
-        on rows that end with their right-hand side. Every solve is the same arithmetic in the
-        same order as ever, so the fit is the same to the last bit: tests/sched/test_costmodel.py
-        compares it with the plain form over many histories.)"""
+        (Asked once a step, so kept lean: the sums are added up once; the first solve reads them
+        as they are; each later one gets rows over the free coefficients, their right-hand sides
+        less the held ones' part, added up in the order they were held and kept per row from one
+        solve to the next. Every solve is the same arithmetic in the same order as ever, so the
+        fit is the same to the last bit: tests/sched/test_costmodel.py compares it with the plain
+        form over many histories.)"""
         n = len(self.prior)
         whole = []  # the sums and the prior's, each row ending with its x·y
         for xx_row, ridge_row, xy, ridge_y in zip(self.xx, self._ridge, self.xy, self._ridge_y):
@@ -160,8 +162,9 @@ class StepCostModel:
             row.append(xy + ridge_y)
             whole.append(row)
         coef = [0.0] * n  # a fixed coefficient holds its bound
-        free, fixed = list(range(n)), []  # fixed: in the order they were fixed
-        rows = [row[:] for row in whole]  # every coefficient free: the sums as they are
+        free = list(range(n))
+        held = [0] * n  # per row, the held coefficients' part of its right-hand side (a sum from 0)
+        rows = whole  # every coefficient free: the sums as they are (a solve of up to four rows reads them only)
         while True:
             sol = _solve(rows)
             if sol is None:
@@ -174,13 +177,18 @@ class StepCostModel:
                 else:  # held at the bound it crossed
                     coef[i] = FLOOR[i] if value < FLOOR[i] else CEILING[i]
                     out.append(i)
-            if not out:
+            if not out or not kept:
                 return tuple(coef)
-            fixed += out
             free = kept
-            if not free:
-                return tuple(coef)
-            rows = [_held(whole[i], free, coef, fixed) for i in free]
+            pick = itemgetter(*free) if len(free) > 1 else _one(free[0])
+            rows = []
+            for i in free:
+                row = whole[i]
+                part = held[i]
+                for k in out:
+                    part = part + row[k] * coef[k]
+                held[i] = part
+                rows.append((*pick(row), row[n] - part))
 
     def predict_ms(self, x: StepShape) -> float:
         return _dot(self.coefficients, x)
@@ -207,19 +215,9 @@ def _dot(coefficients: tuple[float, ...], x: StepShape) -> float:
     return sum(map(mul, coefficients, x))  # c * xi for each, added in order (asked several times a step)
 
 
-def _sum_products(row: list[float], coef: list[float], fixed: list[int]):
-    """sum(row[k] * coef[k] for k in fixed), added up in that order from 0 (as `sum` does)."""
-    total = 0
-    for k in fixed:
-        total = total + row[k] * coef[k]
-    return total
-
-
-def _held(row: list[float], free: list[int], coef: list[float], fixed: list[int]) -> list[float]:
-    """A row of the sums over the free coefficients, the fixed ones' part taken from its right-hand side."""
-    held = [row[j] for j in free]
-    held.append(row[-1] - _sum_products(row, coef, fixed))
-    return held
+def _one(i: int):
+    """`itemgetter` of one index, as a tuple (as `itemgetter` of several gives)."""
+    return lambda row: (row[i],)
 
 
 def _solve(m: list[list[float]]) -> list[float] | None:
