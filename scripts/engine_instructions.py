@@ -1,0 +1,96 @@
+"""A step's Python cost without its decode, engine or raw loop, counted in instructions under callgrind.
+
+    PYTHONPATH=. .venv/bin/python scripts/engine_instructions.py MODEL.gguf --side engine|raw \
+        [--seqs 4] [--tokens 300]
+
+Wall time on a shared box swings too far to compare the engine's overhead from one change to
+the next; instructions swing far less. This runs one side of `homeai bench engine` (the engine on a
+background lane, or the raw loop of `homeai.bench.raw_loop`), greedy, past end-of-generation,
+with `llama_decode` made a no-op once every sequence decodes: each step then costs only what
+Python does around the decode (the logits read are the last real decode's, as valid as any for
+picking a token). Run it under callgrind twice, with `--tokens 300` and `--tokens 1500`; the
+difference of the two counts over 1,200 is one step's instructions, every thread together (the
+asyncio readers too), the model's load and the prompts' prefill cancelled out:
+
+    PYTHONPATH=. valgrind --tool=callgrind --callgrind-out-file=/dev/null .venv/bin/python \
+        scripts/engine_instructions.py /tmp/tiny.gguf --side engine --seqs 4 --tokens 300
+
+The counts are not exact as the scheduler's alone are (`sched_step_cost.py --callgrind`): the
+load and prefill vary by some millions of instructions from run to run (hence the long
+difference), and the engine's threads meet at moments valgrind's pace decides; repeated runs of
+one tree spread by a few percent. Under callgrind sixteen sequences are not all admitted at
+once (the steps are slow, so the cost model reads their prompts in chunks beside decodes), so
+the count of a step there is not a steady decode's: use one or four.
+
+The engine's count less the raw loop's, at the same `--seqs`, is the engine's overhead a step
+in instructions; a row's greedy pick (an argmax over the vocabulary) is in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from homeai.bench.engine_bench import _prompts
+from homeai.bench.raw_loop import raw_batched_decode
+from homeai.config import from_dict
+from homeai.engine import runner as runner_mod
+from homeai.engine.engine import _last, create_engine
+from homeai.engine.runner import Runner
+from homeai.sched.request import SamplingParams
+
+
+def decode_once_steady(num_seqs: int):
+    """A `llama_decode` that runs until a step decodes every sequence, then does nothing for steps of
+    at most that many tokens (a decode step's, or one whose finished sequences left); `arm()` restarts it."""
+    real = runner_mod.ll.llama_decode
+    state = {"steady": False}
+
+    def decode(ctx, batch):
+        if state["steady"] and batch.n_tokens <= num_seqs:
+            return 0
+        rc = real(ctx, batch)
+        state["steady"] = batch.n_tokens == num_seqs
+        return rc
+
+    decode.arm = lambda: state.update(steady=False)
+    return decode
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--side", choices=["engine", "raw"], required=True)
+    ap.add_argument("--seqs", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=300)
+    args = ap.parse_args()
+    cfg = from_dict({"model": {"path": str(args.model), "n_threads": 1}})
+    runner = Runner(cfg.model, args.model)
+    prompts = _prompts(runner, args.seqs)
+    decode = runner_mod.ll.llama_decode = decode_once_steady(args.seqs)
+    if args.side == "raw":
+        runner.reset()
+        raw_batched_decode(runner, prompts, args.tokens)
+        return
+    engine = create_engine(cfg, runner).start()
+    try:
+        decode.arm()
+        tokens = asyncio.run(_engine_side(engine, prompts, args.tokens))
+        assert tokens == args.seqs * args.tokens, tokens
+    finally:
+        engine.stop()
+
+
+async def _engine_side(engine, prompts: list[list[int]], num_tokens: int) -> int:
+    """`homeai bench engine`'s engine side, every request queued before any is admitted: under
+    callgrind a lane's batching window passes while they are submitted, and sequences admitted in
+    groups would read prompts in steps meant to be decodes alone."""
+    params = SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True)
+    with engine.background_paused():
+        streams = [engine.submit(p, lane="summaries", params=params) for p in prompts]
+    return sum([(await _last(s)).stats.output_tokens for s in streams])
+
+
+if __name__ == "__main__":
+    main()
