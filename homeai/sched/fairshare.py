@@ -30,12 +30,13 @@ class FairShare:
 
     def set_backlogged(self, keys: AbstractSet[Key]) -> None:
         """Tell which pairs have work now; newcomers are lifted to the least active counter."""
-        newcomers = keys - self.backlogged
-        if newcomers:
-            floor = min((self.counters.get(k, 0.0) for k in self.backlogged & keys), default=self.floor)
-            for key in newcomers:
-                self.counters[key] = max(self.counters.get(key, 0.0), floor)
-        self.backlogged = set(keys)
+        if keys != self.backlogged:  # (most steps the same pairs: nothing to lift, nothing to copy)
+            newcomers = keys - self.backlogged
+            if newcomers:
+                floor = min((self.counters.get(k, 0.0) for k in self.backlogged & keys), default=self.floor)
+                for key in newcomers:
+                    self.counters[key] = max(self.counters.get(key, 0.0), floor)
+            self.backlogged = set(keys)
         if keys:  # (every step: a list, where a generator resumes once a pair)
             self.floor = min([self.counters.get(k, 0.0) for k in keys])
 

@@ -291,6 +291,7 @@ class Scheduler:
         self.fair.set_backlogged(self._pairs.keys())
         step, decoding = self._begin(now, plan)
         plan.budget = self._budget(step, step.decodes, len(decoding))
+        version = self.pools.version
         self._grow_decodes(decoding, plan)
         usable = self._fill(step, plan)
         if usable is not None or step.deferred > 0:  # background is backlogged: owed its share, once the step ran
@@ -299,7 +300,11 @@ class Scheduler:
                                              own_calls=self.layout.own_calls)
         else:
             self.share.forget()
-        plan.shape = self.placement.shape(step, plan)
+        # Nothing placed beside the decodes and none of them dropped (a preemption changes the running
+        # set): the plan is costed as its decodes were (most steps; a pass over the items else).
+        alone = (self.pools.version == version and not plan.batches[Pool.EMBED]
+                 and sum([len(plan.batches[pool]) for pool in GENERATE]) == len(decoding))
+        plan.shape = step.decodes if alone else self.placement.shape(step, plan)
         self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(step, plan)
         return self._close(plan)
 
@@ -349,16 +354,20 @@ class Scheduler:
         # Only lanes with requests waiting: one queued later in the step was preempted (always eligible).
         cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane, queue in self.waiting.items() if queue}
         moment = Moment(now, self.cost, cutoffs, Admissions())
-        self.admission.rebalance(moment, self._preempt)
-        decoding_now = moment.running(self.pools)[0]
+        if cutoffs:  # (with nothing waiting no member is kept out of a reader slot: `members.py`)
+            self.admission.rebalance(moment, self._preempt)
+        decoding_now, reading_now = moment.running(self.pools)
+        # Nothing waits and nothing reads its input (answers decoding, most steps): no admission
+        # rule, lateness or first question has anything to look at.
+        quiet = not cutoffs and not reading_now and not self.pools.embedding
         readers = [r for r in decoding_now if r.interactive]
         decoding = readers + [r for r in decoding_now if not r.interactive]  # interactive first
         # An interactive output read whole (a tool call being written) is short, and its client
         # waits for all of it: nothing background is overdue meanwhile (it is owed its share after).
         held = any([r.held for r in readers])  # (a list: a generator resumes once a reader)
-        overdue = frozenset() if held else self.share.overdue(moment.reading(self.pools), self.waiting, now)
+        overdue = frozenset() if held or quiet else self.share.overdue(moment.reading(self.pools), self.waiting, now)
         began_idle = not self.running
-        prompt = self.admission.prompt_can_go(moment)
+        prompt = not quiet and self.admission.prompt_can_go(moment)
         background = len(decoding) - len(readers)
         deferred = 0
         # Interactive lanes with a cache of their own take whole steps while one of them reads a
@@ -386,7 +395,7 @@ class Scheduler:
         pace = self.pacing.pace(self.cost, min(self.policies[lane].itl_target_ms for lane in lanes)) if lanes else None
         lone = not decoding_now
         decodes = plan.decodes_shape(num_decoding, cells)  # the plan holds its decodes alone so far
-        aim = self._aim(pace, lone, held, decodes, cells)
+        aim = self._aim(pace, lone, held, decodes, cells, quiet)
         # The moment's fields, then the step's own.
         step = Step(moment.now, moment.cost, moment.cutoffs, moment.admissions, overdue=overdue, began_idle=began_idle,
                     prompt=prompt, cells=cells,
@@ -395,13 +404,14 @@ class Scheduler:
                     min_chunk=self.pacing.min_chunk_for(pace))
         return step, decoding
 
-    def _aim(self, pace: float | None, lone: bool, held: bool, decodes: StepShape, cells: dict[Pool, int]) -> float:
+    def _aim(self, pace: float | None, lone: bool, held: bool, decodes: StepShape, cells: dict[Pool, int],
+             quiet: bool) -> float:
         """The step's time target: its readers' (or throughput's), shorter while a held output is
-        written, longer while members' first questions are read."""
+        written, longer while members' first questions are read (`quiet`: none is)."""
         aim = self.pacing.aim(pace, lone)
         if held:
             return self.pacing.held_aim(aim, self.cost, decodes)
-        if pace is None:
+        if pace is None or quiet:
             return aim  # first questions are read faster only beside readers
         return self.pacing.first_read_aim(aim, pace, self.cost, decodes, cells[self.pools.of_class(True)],
                                           self._first_question())
