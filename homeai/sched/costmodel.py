@@ -156,17 +156,15 @@ class StepCostModel:
         fit is the same to the last bit: tests/sched/test_costmodel.py compares it with the plain
         form over many histories.)"""
         n = len(self.prior)
-        whole = []  # the sums and the prior's, each row ending with its x·y
-        for xx_row, ridge_row, xy, ridge_y in zip(self.xx, self._ridge, self.xy, self._ridge_y):
-            row = list(map(add, xx_row, ridge_row))
-            row.append(xy + ridge_y)
-            whole.append(row)
+        whole = []  # the sums and the prior's, each row ending with its x·y (four features, written out)
+        for (s0, s1, s2, s3), (r0, r1, r2, r3), xy, ridge_y in zip(self.xx, self._ridge, self.xy, self._ridge_y):
+            whole.append([s0 + r0, s1 + r1, s2 + r2, s3 + r3, xy + ridge_y])
         coef = [0.0] * n  # a fixed coefficient holds its bound
         free = list(range(n))
         held = [0] * n  # per row, the held coefficients' part of its right-hand side (a sum from 0)
         rows = whole  # every coefficient free: the sums as they are (a solve of up to four rows reads them only)
         while True:
-            sol = _solve(rows)
+            sol = _SOLVES[len(rows)](rows)  # (`_solve` of up to four rows)
             if sol is None:
                 return self.prior
             out, kept = [], []  # the free ones the data push out of bounds, and the rest
