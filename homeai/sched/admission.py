@@ -97,8 +97,8 @@ class Admission:
     def keeps_pace(self, request: Request, moment: Moment) -> bool:
         memo: Admissions = moment.admissions
         if memo.readers is None or memo.readers[0] != self.pools.version:  # the running set changed
-            memo.readers = self.pools.version, self.pacing.readers(self.pools.running, self._targets,
-                                                                   self.layout)
+            memo.readers = self.pools.version, self.pacing.readers(self.pools.running, self.pools.version,
+                                                                   self._targets, self.layout)
         return self.pacing.readers_keep_pace(moment.cost, memo.readers[1], request, self._targets[request.lane],
                                              self.layout)
 

@@ -85,6 +85,8 @@ class Pacing:
         self.max_step_ms, self.max_step_tokens, self.min_chunk = max_step_ms, max_step_tokens, min_chunk
         self.tuning = tuning
         self.shrink = 1.0  # < 1 after llama.cpp found no KV slot
+        self._learnt = 0  # typical lengths learnt so far (what `readers` gathered holds until one is)
+        self._gathered: tuple[tuple[int, int], tuple] | None = None  # `readers`', and for which running set
 
     def pace(self, cost: StepCostModel, target_ms: float) -> float:
         """The inter-token time readers are held to: their lane's target, or on a machine too slow
@@ -134,34 +136,42 @@ class Pacing:
         budget = max(min(tokens, self.max_step_tokens), floor, num_decoding + way_back)
         return min(max(int(budget * self.shrink), num_decoding + 1), self.max_step_tokens)
 
-    def readers(self, running: list[Request], targets: dict[str, float], layout: ReaderShapes) -> Readers:
-        """The running set as admission costs it (one pass: asked each step a prompt waits)."""
-        n = cells = 0
-        priority: int | None = None
-        target = math.inf
-        typical = self.typical
-        background: list[Request] = []
-        for r in running:
-            if r.interactive:
-                n += 1
-                if priority is None or r.priority < priority:
-                    priority = r.priority
-                if targets[r.lane] < target:
-                    target = targets[r.lane]
-                # `typical_cells(r)`, inlined: every reader, every step a prompt waits
-                params = r.params
-                forced = params.forced_tokens  # `r.max_tokens`, inlined
-                num_prompt, at = len(r.prompt_tokens), typical[r.lane]
-                cap = params.max_tokens if forced is None else len(forced)
-                now = num_prompt + len(r.output_tokens)
-                at = int(num_prompt + (cap if cap < at else at))
-                cells += now if now >= at else at
-            else:
-                background.append(r)
+    def readers(self, running: list[Request], version: int, targets: dict[str, float], layout: ReaderShapes) -> Readers:
+        """The running set as admission costs it (asked each step a prompt waits). What changes only
+        with the running set (`version`) or a lane's typical length is gathered once for them: the
+        readers, each one's cells at its typical length (or its own cap), their best priority and
+        tightest target, the background sequences. Each step then adds up what grows: a reader past
+        its typical length holds its length, and background's decoding and cells."""
+        key = (version, self._learnt)
+        if self._gathered is None or self._gathered[0] != key:
+            self._gathered = key, self._gather(running, targets)
+        n, priority, target, sized, background = self._gathered[1]
+        cells = 0
+        for r, num_prompt, at in sized:
+            now = num_prompt + len(r.output_tokens)
+            cells += now if now >= at else at
         # `r.is_decoding`, inlined (running sequences)
         decoding = len([r for r in background if r.output_tokens and r.status is RUNNING
                         and len(r.prompt_tokens) + len(r.output_tokens) - r.num_computed_tokens == 1])
-        return Readers(n, 0 if priority is None else priority, target, cells, decoding, layout.background_cells(background))
+        return Readers(n, priority, target, cells, decoding, layout.background_cells(background))
+
+    def _gather(self, running: list[Request], targets: dict[str, float]) -> tuple:
+        """`readers`' part fixed while the running set and the typical lengths hold."""
+        priority: int | None = None
+        target = math.inf
+        sized: list[tuple[Request, int, int]] = []  # per reader: its prompt's length, its cells at its typical length
+        background: list[Request] = []
+        for r in running:
+            if not r.interactive:
+                background.append(r)
+                continue
+            if priority is None or r.priority < priority:
+                priority = r.priority
+            if targets[r.lane] < target:
+                target = targets[r.lane]
+            num_prompt, typical, cap = len(r.prompt_tokens), self.typical[r.lane], r.max_tokens
+            sized.append((r, num_prompt, int(num_prompt + (cap if cap < typical else typical))))
+        return len(sized), 0 if priority is None else priority, target, sized, background
 
     def readers_keep_pace(self, cost: StepCostModel, readers: Readers, request: Request, target_ms: float,
                           layout: ReaderShapes) -> bool:
@@ -192,6 +202,7 @@ class Pacing:
         """A request finished on its own: its output length moves its lane's typical length."""
         rate = self.tuning.typical_learning
         self.typical[request.lane] = (1 - rate) * self.typical[request.lane] + rate * len(request.output_tokens)
+        self._learnt += 1
 
     def no_kv_slot(self) -> None:
         self.shrink = max(self.shrink / 2, self.tuning.min_shrink)
