@@ -14,7 +14,7 @@ failed. While a step is planned, `pick` also counts what the chunks placed so fa
 
 from __future__ import annotations
 
-from typing import AbstractSet, Callable
+from typing import AbstractSet, Callable, Mapping
 
 Key = tuple[str, str]
 
@@ -40,24 +40,24 @@ class FairShare:
         if keys:  # (every step: a list, where a generator resumes once a pair)
             self.floor = min([self.counters.get(k, 0.0) for k in keys])
 
-    def pick(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None) -> Key | None:
+    def pick(self, keys, held: Mapping[str, int] | None = None, planned: dict[Key, float] | None = None) -> Key | None:
         """The pair that goes next (`rank`'s first), None with no pair."""
         return min(keys, key=self._order(held, planned), default=None)
 
-    def rank(self, keys, held: Callable[[Key], int] | None = None, planned: dict[Key, float] | None = None,
-             first: Callable[[Key], int] | None = None) -> list[Key]:
+    def rank(self, keys, held: Mapping[str, int] | None = None, planned: dict[Key, float] | None = None,
+             first: Mapping[str, int] | None = None) -> list[Key]:
         """The pairs in the order they go: the least counter (plus what it was `planned` this step)
-        first; on a tie (a newcomer is lifted to the least), the one holding fewer sequences
-        (`held`), so a member with nothing running goes before a busy one. `first`: what orders
-        pairs before fair share does (a lane's priority). The first pair is the next to go; the
-        rest keep this order until a counter, a plan or a holding changes."""
+        first; on a tie (a newcomer is lifted to the least), the one whose member holds fewer
+        sequences (`held`, per member), so a member with nothing running goes before a busy one.
+        `first`: what orders pairs before fair share does, per lane (its priority). The first pair
+        is the next to go; the rest keep this order until a counter, a plan or a holding changes."""
         return sorted(keys, key=self._order(held, planned, first))
 
-    def _order(self, held: Callable[[Key], int] | None, planned: dict[Key, float] | None,
-               first: Callable[[Key], int] | None = None) -> Callable[[Key], tuple]:
-        planned = planned or {}
-        return lambda k: (first(k) if first else 0, self.counters.get(k, 0.0) + planned.get(k, 0.0),
-                          held(k) if held else 0, k)
+    def _order(self, held: Mapping[str, int] | None, planned: dict[Key, float] | None,
+               first: Mapping[str, int] | None = None) -> Callable[[Key], tuple]:
+        planned, counters = planned or {}, self.counters
+        return lambda k: (first[k[0]] if first else 0, counters.get(k, 0.0) + planned.get(k, 0.0),
+                          held[k[1]] if held else 0, k)
 
     def cost(self, *, weight: float, num_in: int = 0, num_out: int = 0) -> float:
         """What `num_in` prompt and `num_out` output tokens cost a pair of this weight."""

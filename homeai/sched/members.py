@@ -47,9 +47,10 @@ class MemberShare:
         """Interactive sequences running, per member (a copy, for the caller to count down)."""
         return Counter(self._counts())
 
-    def num_held(self, key: tuple[str, str]) -> int:
-        """Interactive sequences a (lane, member) pair's member runs (fair share's tie-break: fewer goes first)."""
-        return self._counts()[key[1]]
+    def holdings(self) -> Counter[str]:
+        """Interactive sequences running per member, as counted for the running set now (fair share's
+        tie-break: fewer goes first). Read only: `held()` is the copy to count down."""
+        return self._counts()
 
     def _counts(self) -> Counter[str]:
         """`held()`, counted again only when the running set changed (it is asked per waiting request)."""

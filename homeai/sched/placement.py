@@ -36,6 +36,7 @@ class Placement:
         self.policies, self.queues, self.waiting, self.pools, self.fair = policies, queues, queues.lanes, pools, fair
         self.admission, self.share, self.grow, self.preempt = admission, share, grow, preempt
         self.embed_chunked, self.first_step = embed_chunked, first_step
+        self.priority = {lane: policy.priority for lane, policy in policies.items()}  # per lane (`_rank`)
 
     def gives_first_token(self, step: Step, plan: StepPlan) -> bool:
         """The plan samples an interactive request's first token. (One with no output is still
@@ -98,8 +99,7 @@ class Placement:
         refused request changes nothing), so trying each pair costs a step no pass over the others."""
         if not interactive:
             return self.fair.rank(candidates, None, step.planned)
-        return self.fair.rank(candidates, self.admission.members.num_held, step.planned,
-                              first=lambda key: self.policies[key[0]].priority)
+        return self.fair.rank(candidates, self.admission.members.holdings(), step.planned, first=self.priority)
 
     def fill_in_order(self, step: Step, plan: StepPlan, order: list[Request], budget: int) -> int:
         """Place candidates in a policy's strict order: nothing overtakes a request that cannot go
