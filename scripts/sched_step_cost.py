@@ -25,6 +25,9 @@ switched on around the steps only), in each checkout, and divide by the steps:
 
     PYTHONPATH=. valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null \
         .venv/bin/python scripts/sched_step_cost.py --callgrind chat:1 --steps 300 [--cached 16]
+
+`--callgrind planning` counts the steps of `planning_cost`'s full house instead (256 waiting, 64
+running; the fake runner's results included).
 """
 
 from __future__ import annotations
@@ -134,9 +137,20 @@ def main() -> None:
     ap.add_argument("--profile", help="LANE:N: print a cProfile of that case")
     ap.add_argument("--planning", action="store_true", help="also planning_cost() (256 waiting, 64 running)")
     ap.add_argument("--cached", type=int, default=0, help="earlier requests' prefixes in the prompt cache")
-    ap.add_argument("--callgrind", help="LANE:N: under callgrind, count that case's steps alone (see above)")
+    ap.add_argument("--callgrind", help="LANE:N or planning: under callgrind, count that case's steps alone (see above)")
     ap.add_argument("--plan-ahead", action="store_true", help="the steps as the engine runs them planning ahead")
     args = ap.parse_args()
+    if args.callgrind == "planning":  # the full house of `planning_cost`, its fake runner's results made between
+        from homeai.bench.engine_bench import fake_result, full_house
+        sched, now = full_house()
+        _instrument("on")
+        for _ in range(args.steps):
+            plan = sched.schedule(now)
+            sched.update(plan, fake_result(plan), now)
+            now += 0.01
+        _instrument("off")
+        print(f"{args.steps} steps: divide the I refs callgrind reports by {args.steps}")
+        return
     if args.callgrind:
         lane, n = args.callgrind.split(":")
         sched, now = steady(lane, int(n), args.cached)

@@ -74,30 +74,15 @@ def _raw_between_steps(engine: Engine, runner: Runner, prompts: list[list[int]],
 
 
 def planning_cost(num_waiting: int = 256, num_running: int = 64, steps: int = 200, prompt_cache: bool = True) -> dict:
-    """Mean schedule()+update() time with a full house, no model (fake samples; steps take what
-    the consumer-GPU profile says, where planning time matters most next to a step's). The
-    prompts share prefixes in 50 groups, so with the prompt cache admission finds matches."""
-    limits = SchedulerLimits(num_cells=65536, num_seqs=num_running, max_step_tokens=512,
-                             embed_max_tokens=2048, embed_max_seqs=64, prompt_cache=prompt_cache)
-    policies = {k: p.__class__(**{**p.__dict__, "max_queue": 10_000}) for k, p in DEFAULT_POLICIES.items()}
-    sched = Scheduler(policies, limits)
-    lanes = ["chat", "voice", "summaries"]
-    for i in range(num_running + num_waiting):
-        lane = lanes[i % 3]
-        sched.add_request(Request(f"r{i}", lane, f"m{i % 7}", [1 + (i % 50)] * 64, 0.0,
-                                  params=SamplingParams(max_tokens=100_000)))
-    now = 1.0
-    for _ in range(20):  # warm up until the running set is full and decoding
-        plan = sched.schedule(now)
-        sched.update(plan, _fake(plan), now)
-        now += 0.01
+    """Mean schedule()+update() time with a full house (`full_house`), no model."""
+    sched, now = full_house(num_waiting, num_running, prompt_cache)
     spent = 0.0  # in schedule() and update() alone: the fake runner's results are made between them
     clock = time.perf_counter
     for _ in range(steps):
         start = clock()
         plan = sched.schedule(now)
         spent += clock() - start
-        result = _fake(plan)
+        result = fake_result(plan)
         start = clock()
         sched.update(plan, result, now)
         spent += clock() - start
@@ -110,7 +95,30 @@ def planning_cost(num_waiting: int = 256, num_running: int = 64, steps: int = 20
 _SEVEN = Sample(7)  # every row samples token 7 (a sample is immutable: one serves them all)
 
 
-def _fake(plan) -> StepResult:
+def full_house(num_waiting: int = 256, num_running: int = 64, prompt_cache: bool = True) -> tuple[Scheduler, float]:
+    """A scheduler with `num_running` sequences decoding (every sequence id taken) and `num_waiting`
+    requests waiting, of three lanes and seven members, and its clock; steps are run with fake
+    samples, each taking what the consumer-GPU profile says (where planning time matters most next
+    to a step's). The prompts share prefixes in 50 groups, so with the prompt cache admission
+    finds matches."""
+    limits = SchedulerLimits(num_cells=65536, num_seqs=num_running, max_step_tokens=512,
+                             embed_max_tokens=2048, embed_max_seqs=64, prompt_cache=prompt_cache)
+    policies = {k: p.__class__(**{**p.__dict__, "max_queue": 10_000}) for k, p in DEFAULT_POLICIES.items()}
+    sched = Scheduler(policies, limits)
+    lanes = ["chat", "voice", "summaries"]
+    for i in range(num_running + num_waiting):
+        lane = lanes[i % 3]
+        sched.add_request(Request(f"r{i}", lane, f"m{i % 7}", [1 + (i % 50)] * 64, 0.0,
+                                  params=SamplingParams(max_tokens=100_000)))
+    now = 1.0
+    for _ in range(20):  # warm up until the running set is full and decoding
+        plan = sched.schedule(now)
+        sched.update(plan, fake_result(plan), now)
+        now += 0.01
+    return sched, now
+
+
+def fake_result(plan) -> StepResult:
     ms = sum(c * x for c, x in zip(PROFILES["gpu-consumer-8b"], plan.shape))
     return StepResult(samples={i.request_id: _SEVEN for i in plan.generating if i.sample}, elapsed_ms=ms)
 
