@@ -68,6 +68,30 @@ class Admission:
         memo.num_admitted += 1
         return True
 
+    def all_refused(self) -> bool:
+        """Every waiting request would be refused this step, whatever its turn: no sequence id is
+        free in a generating cache (nor held by a cached prefix), background in the main cache would
+        give none up for an interactive request waiting there, and each pair's first is a generation
+        request (an embedding input has a context of its own). With no request reading its input
+        either (the caller's to know), placing chunks would place nothing and change nothing (but
+        what admission learns of refusals, read by no one after): a full house's steps, where
+        ranking every pair only to refuse each was a fifth of the planning."""
+        pools = self.pools
+        if any([pools.num_free_seqs(pool) for pool in pools.generating]):
+            return False
+        in_main = False  # an interactive request waits in the main cache (where background may give way)
+        for lane, queue in self.waiting.items():
+            if not queue:
+                continue
+            # Each pair's first is the one tried (a pair refused goes no further this step): in a
+            # lane out of arrival order, any of its requests may be a pair's first.
+            firsts = [pair[0] for pair in self.queues.pairs[lane].values()] if self.queues.in_arrival_order(lane) else queue
+            if any([r.kind is not Kind.GENERATE for r in firsts]):
+                return False
+            if self.policies[lane].interactive and not in_main:
+                in_main = any([r.pool is Pool.MAIN for r in firsts])
+        return not in_main or self.background_victim_in_main() is None
+
     def admit_embedding(self, request: Request, step: Step) -> bool:
         if not self.pools.fits(Pool.EMBED, request.num_tokens):
             return False
@@ -119,6 +143,10 @@ class Admission:
         cache (the main one), while background holds more than its minimum share (None: none)."""
         if request.pool is not Pool.MAIN:
             return None  # background's cells are not the ones it needs
+        return self.background_victim_in_main()
+
+    def background_victim_in_main(self) -> Request | None:
+        """The background sequence of the main cache that gives way for interactive work (None: none)."""
         victim = self.pools.victim(Pool.MAIN)
         return victim if victim is not None and not victim.interactive and self.share.may_preempt() else None
 

@@ -313,7 +313,8 @@ class Scheduler:
         order, or the layout's). Returns how many tokens background could use (None: none of it is
         backlogged and eligible). With nothing waiting and no input part-read there is nothing to
         place (no candidate, no admission, no side effect), so the rules are not asked: the
-        steady state of a few sequences decoding pays nothing here."""
+        steady state of a few sequences decoding pays nothing here. Nor with none reading and every
+        waiting request refused whatever its turn (`Admission.all_refused`: a full house)."""
         partial = step.reading(self.pools)
         if not partial and not any(self.waiting.values()):
             return None
@@ -323,7 +324,8 @@ class Scheduler:
             self.placement.fill_in_order(step, plan, order, left)
             return None
         usable = self.admission.background_usable(step, left)
-        self.layout.fill(self.placement, step, plan, left, self.share.reserve(usable, left, step.min_chunk))
+        if partial or not self.admission.all_refused():  # (else every candidate would be refused: nothing to place)
+            self.layout.fill(self.placement, step, plan, left, self.share.reserve(usable, left, step.min_chunk))
         return usable
 
     def _first_question(self) -> int | None:
