@@ -6,9 +6,10 @@ Each seed is a workload: random limits (one cache or two, the prompt cache on or
 member, chunked embeddings or not, small caches that preempt), requests of every lane and several
 members arriving at random (seeds from 100 on arrive about three times as often; from 200 on, some
 are queued after requests that arrived later, and the benchmark's baseline policies take turns
-with homeai's, `homeai/bench/policies.py`), aborts, stop
-strings found outside, held background, steps that find no KV slot or raise, and step times from a
-random cost. Every plan (items, tokens, cache operations, budget, shape, what background is owed),
+with homeai's, `homeai/bench/policies.py`; from 300 on, a full house: the generating lanes alone, few
+sequence ids and long answers, so requests wait for an id while every one is taken; homeai's policy),
+aborts, stop strings found outside, held background, steps that find no KV slot or raise, and step
+times from a random cost. Every plan (items, tokens, cache operations, budget, shape, what background is owed),
 every output, and after each step the cost model's coefficients, background's credit, fair share's
 counters and the typical output lengths are written with `repr`, so two checkouts that schedule
 alike write the same bytes: run it on both (`git worktree add`) and `cmp` the files. A refactor of
@@ -24,6 +25,7 @@ from homeai.bench.policies import make_scheduler
 from lanes import DEFAULT_POLICIES
 
 LANES = list(DEFAULT_POLICIES)
+GENERATING = ["voice", "chat", "summaries"]  # a full house's lanes (seeds from 300)
 
 
 def plan_repr(plan):
@@ -41,15 +43,17 @@ def plan_repr(plan):
 
 def scenario(seed, out):
     rng = random.Random(seed)
+    full = seed >= 300  # every sequence id taken while requests wait, most steps
     two = rng.random() < 0.5
-    limits = SchedulerLimits(num_cells=rng.choice([512, 1024, 4096]), num_seqs=rng.choice([4, 8, 16, 32]),
+    limits = SchedulerLimits(num_cells=rng.choice([512, 1024, 4096]),
+                             num_seqs=rng.choice([2, 3, 4, 6] if full else [4, 8, 16, 32]),
                              max_step_tokens=rng.choice([64, 128, 512]), embed_max_tokens=rng.choice([256, 512]),
                              embed_max_seqs=rng.choice([4, 16]), min_chunk=rng.choice([8, 16]),
                              interactive_cells=rng.choice([512, 1024]) if two else 0,
                              prompt_cache=rng.random() < 0.6, prompt_cache_max_cells=rng.choice([0, 0, 300]),
                              prompt_cache_shared=rng.random() < 0.3, embed_chunked=rng.random() < 0.7,
                              member_seq_share=rng.choice([0.5, 0.34]), max_seq_len=rng.choice([0, 0, 900]))
-    policy = rng.choice(["homeai"] * 3 + ["fifo", "static", "serial"]) if seed >= 200 else "homeai"
+    policy = rng.choice(["homeai"] * 3 + ["fifo", "static", "serial"]) if 200 <= seed < 300 else "homeai"
     sched = make_scheduler(policy, dict(DEFAULT_POLICIES), limits) if policy != "homeai" else \
         Scheduler(dict(DEFAULT_POLICIES), limits)
     late = 0.3 if seed >= 200 else 0.0  # how often a request is queued after one that arrived later
@@ -63,13 +67,14 @@ def scenario(seed, out):
     for step in range(rng.randint(150, 400)):
         if rng.random() < (0.35 if seed < 100 else 0.9):
             for _ in range(rng.choice([1, 1, 1, 2, 5])):
-                lane = rng.choice(LANES)
+                lane = rng.choice(GENERATING if full else LANES)
                 embed = lane == "embeddings" or (lane == "indexing" and rng.random() < 0.5)
                 kind = Kind.EMBED if embed else Kind.GENERATE
                 prompt = (rng.choice(prefixes) if rng.random() < 0.6 else []) + \
                     [rng.randint(10, 900) for _ in range(rng.choice([1, 5, 20, 60, 200, 700]))]
                 forced = tuple(rng.randint(3, 99) for _ in range(rng.randint(1, 6))) if rng.random() < 0.05 else None
-                params = SamplingParams(max_tokens=rng.choice([1, 4, 16, 64]), forced_tokens=forced)
+                params = SamplingParams(max_tokens=rng.choice([64, 200, 400, 1000] if full else [1, 4, 16, 64]),
+                                        forced_tokens=forced)
                 arrival = now - rng.uniform(0, 0.2) if late and rng.random() < late else now
                 r = Request(f"r{n}", lane, rng.choice(members), prompt, arrival, kind=kind, params=params,
                             public_len=rng.choice([0, 8]))
