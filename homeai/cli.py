@@ -268,13 +268,15 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
 
             print(f"model {runner.info.description}, {cfg.model.n_threads or default_threads()} threads, "
                   f"planning ahead {'on' if engine.plan_ahead else 'off'}", flush=True)
+            plans: list[dict] = []  # one before each round: the median is the run's, not one moment's
             rows = engine_throughput(engine, seqs, args.tokens, rounds=max(args.rounds, 1),
                                      progress=lambda r: print(f"  {r['seqs']:>3} seqs: homeai {r['homeai_tok_s']:.1f}"
-                                                              f" tok/s, raw {r['raw_tok_s']:.1f} tok/s", flush=True))
+                                                              f" tok/s, raw {r['raw_tok_s']:.1f} tok/s", flush=True),
+                                     between=lambda: plans.append(planning_cost()))
         finally:
             engine.stop()
             runner.close()
-        plans = sorted((planning_cost() for _ in range(max(args.rounds, 1))), key=lambda p: p["ms_per_step"])
+        plans.sort(key=lambda p: p["ms_per_step"])
         print(report(rows, plans[len(plans) // 2]))
         return 0
     if args.workload == "grammar":

@@ -5,9 +5,11 @@ on the same loaded model in the same run, greedy, past end-of-generation, so the
 what the scheduler, the engine thread and the streams cost; the overhead is that cost per step
 (the engine's seconds less the raw loop's, over the tokens each sequence decodes), in
 milliseconds. The engine's seconds start at its first admission, after the lane's batching window.
-Each row alternates the two `--rounds` times and reports medians (and each round's ratio), as does
-the planning cost: single runs on a shared box spread too far to compare. The engine side runs on a background lane, which takes every sequence at once as
-the raw loop does (an interactive lane admits only as many as keep their reading pace).
+Each row alternates the two `--rounds` times and reports medians (and each round's ratio); the
+planning cost is timed once before each round, and its median reported: single runs on a shared
+box spread too far to compare, and the box's pace swings within a run. The engine side runs on a
+background lane, which takes every sequence at once as the raw loop does (an interactive lane
+admits only as many as keep their reading pace).
 """
 
 from __future__ import annotations
@@ -45,14 +47,18 @@ async def _engine_run(engine: Engine, prompts: list[list[int]], num_tokens: int)
     return {"seconds": elapsed - window, "window_s": window, "tokens": sum(f.stats.output_tokens for _, f in texts)}
 
 
-def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress=None, rounds: int = 1) -> list[dict]:
+def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress=None, rounds: int = 1,
+                      between=None) -> list[dict]:
     """A row per sequence count: the engine and the raw loop, alternating, `rounds` times; the
-    medians (a shared box's noise moves single runs by +-0.1 of the ratio at one sequence)."""
+    medians (a shared box's noise moves single runs by +-0.1 of the ratio at one sequence).
+    `between()` runs before each round (the planning cost, sampled over the whole run)."""
     rows = []
     for n in seqs:
         prompts = _prompts(engine.runner, n)
         runs = []
         for _ in range(rounds):
+            if between:
+                between()
             ours = asyncio.run(_engine_run(engine, prompts, num_tokens))
             raw = engine.call_in_loop(lambda runner: _raw_between_steps(engine, runner, prompts, num_tokens))
             runs.append({"homeai_tok_s": ours["tokens"] / ours["seconds"], "raw_tok_s": raw["tokens"] / raw["seconds"],

@@ -17,8 +17,10 @@ def _answer(engine, prompt: list[int]) -> str:
 
 
 def test_rows_and_report(make_engine):
-    rows = engine_throughput(make_engine(), [1, 3], 4, rounds=3)
+    rounds = []
+    rows = engine_throughput(make_engine(), [1, 3], 4, rounds=3, between=lambda: rounds.append(len(rounds)))
     assert [r["seqs"] for r in rows] == [1, 3]
+    assert len(rounds) == 6, "the planning cost is sampled before every round of every row"
     assert all(r["homeai_tok_s"] > 0 and r["raw_tok_s"] > 0 for r in rows)
     assert all(len(r["ratios"]) == 3 and r["ratio"] == sorted(r["ratios"])[1] for r in rows)  # the median of three
     text = report(rows, planning_cost(num_waiting=16, num_running=8, steps=5))
