@@ -66,14 +66,20 @@ def test_a_full_house_plans_as_if_every_waiting_pair_were_tried(interactive_cell
         assert skipping == _run(seed, False, **limits)[0]
 
 
-def test_a_free_sequence_id_or_a_background_victim_means_placing():
+def test_a_free_sequence_id_or_a_background_sequence_to_give_way_means_placing():
     sched, runner = create_scheduler(num_seqs=2, max_step_tokens=256), FakeRunner()
-    for lane in ("summaries", "summaries"):
-        sched.add_request(create_request(lane=lane, num_prompt=8, max_tokens=500))
+    running = [create_request(lane="summaries", num_prompt=8, max_tokens=500) for _ in range(2)]
+    for request in running:
+        sched.add_request(request)
     for _ in range(30):  # past the batching window: both decoding
         plan = sched.schedule(1.0)
         sched.update(plan, runner.run(plan), 1.0)
     sched.add_request(create_request(lane="summaries", member="bob", num_prompt=8, arrival=1.0))
     assert sched.admission.all_refused(), "no id free, and background gives none up for background"
-    sched.add_request(create_request(lane="chat", member="bob", num_prompt=8, arrival=1.0))
+    chat = create_request(lane="chat", member="bob", num_prompt=8, arrival=1.0)
+    sched.add_request(chat)
     assert not sched.admission.all_refused(), "a chat may take background's sequence (over its floor)"
+    sched.abort(chat.request_id, now=1.0)
+    assert sched.admission.all_refused()
+    sched.abort(running[0].request_id, now=1.0)
+    assert not sched.admission.all_refused(), "a sequence id is free"
