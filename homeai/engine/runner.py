@@ -178,6 +178,7 @@ class _Batch:
         row = ctypes.POINTER(ctypes.c_int32)
         base = self.seq.ctypes.data
         self.seq_ptrs = (row * capacity)(*[ctypes.cast(base + 4 * i, row) for i in range(capacity)])
+        self.num_outputs = 0  # rows of the last fill that want logits
         self.c = ll.llama_batch()
         self.c.token = self.token.ctypes.data_as(ctypes.POINTER(ll.llama_token))
         self.c.embd = None
@@ -187,11 +188,12 @@ class _Batch:
         self.c.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
 
     def fill(self, rows: list[tuple[int, int, list[int], bool]]) -> list[int]:
-        """Rows are (seq_id, start, tokens, wants_last_logits); returns each row's last index. A
+        """Rows are (seq_id, start, tokens, wants_last_logits); returns each row's last index (and
+        counts the rows wanting logits, `num_outputs`). A
         decode row (one token) is written element by element: a numpy slice assignment costs ~3,000
         instructions, an element ~800 (so up to ~16 decode rows cost less than a column at a time)."""
         token, pos, seq, logits = self.token, self.pos, self.seq, self.logits
-        n = 0
+        n = outputs = 0
         last = []
         for seq_id, start, tokens, wants in rows:
             k = len(tokens)
@@ -208,8 +210,10 @@ class _Batch:
                 if wants:
                     logits[n + k - 1] = 1
             n += k
+            outputs += wants
             last.append(n - 1)
         self.c.n_tokens = n
+        self.num_outputs = outputs  # the rows llama.cpp computes logits for
         return last
 
 
@@ -552,11 +556,17 @@ class Runner:
         """The rest of a launched step: its rows sampled (waiting for llama.cpp to finish computing),
         its embedding inputs run; the step's time from its launch."""
         if not result.no_kv_slot:
-            for pool, group, rows in self._decoded:
+            for pool, group, rows, num_outputs in self._decoded:
+                if not num_outputs:
+                    continue
                 ctx = self._context(pool)
+                outputs = self._outputs(ctx, num_outputs)
+                best = outputs.argmax(axis=1).tolist()  # every row's greedy pick, in one pass
+                out = 0
                 for item, row in zip(group, rows):
                     if item.sample:
-                        result.samples[item.request_id] = self._sample(ctx, item, row)
+                        result.samples[item.request_id] = self._sample(ctx, item, row, outputs, out, best[out])
+                        out += 1
             if plan.batches[Pool.EMBED]:
                 self._embed(plan.batches[Pool.EMBED], result)
         self._decoded = []
@@ -589,7 +599,7 @@ class Runner:
             rows = self.batch.fill([(i.seq_id, i.start, i.tokens, i.sample) for i in group])
             rc = ll.llama_decode(ctx, self.batch.c)
             if rc != 0:
-                for done_pool, done, _ in decoded:  # undo the contexts already decoded: the step keeps nothing
+                for done_pool, done, _, _ in decoded:  # undo the contexts already decoded: the step keeps nothing
                     for i in done:
                         ll.llama_memory_seq_rm(self._memory(done_pool), i.seq_id, i.start, -1)
             if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
@@ -597,28 +607,27 @@ class Runner:
                 return []
             if rc != 0:
                 raise RunnerError(f"llama_decode failed with code {rc}")
-            decoded.append((pool, group, rows))
+            decoded.append((pool, group, rows, self.batch.num_outputs))
         return decoded
 
-    def _sample(self, ctx, item: ScheduledItem, row: int) -> Sample:
+    def _sample(self, ctx, item: ScheduledItem, row: int, outputs: np.ndarray, out: int, best: int) -> Sample:
+        """Batch row `row`'s token: output row `out` of `outputs` (its scores, in place), whose first
+        best-scored token is `best`."""
         sampling = self.samplers.get(item.request_id) or self._sampling(item.request_id, item.params)
-        logits = None
         if item.forced is not None:
             token = item.forced
             if sampling.chain is not None:
                 ll.llama_sampler_accept(sampling.chain, token)
         elif sampling.chain is None:  # greedy, nothing to weigh first: the row's best score
-            logits = self._logits(ctx, row)
-            token = int(logits.argmax())
+            token = best
         elif sampling.grammar is not None:
-            token = self._sample_in_grammar(ctx, row, sampling.chain, sampling.grammar, sampling.params)
+            token = self._sample_in_grammar(outputs[out], sampling.chain, sampling.grammar, sampling.params)
         else:
             token = ll.llama_sampler_sample(sampling.chain, ctx, row)
         is_eog = not sampling.params.ignore_eos and self._is_eog(token)
         if not sampling.reads_logits:
             return new_tuple(Sample, (token, is_eog) + SAMPLE_REST)  # Sample(token, is_eog), by tuple's C constructor
-        params = sampling.params
-        logits = self._logits(ctx, row) if logits is None else logits
+        params, logits = sampling.params, outputs[out]
         logprob, top = log_probs(logits, token, params.logprobs) if params.logprobs is not None else (None, ())
         return Sample(token, is_eog, logprob, top, logits.copy() if params.record_logits else None)
 
@@ -638,6 +647,13 @@ class Runner:
         sampling = self.samplers[request_id] = _Sampling(params, chain, beside, reads_logits)
         return sampling
 
+    def _outputs(self, ctx, n: int) -> np.ndarray:
+        """The logits of the context's last decode, in place: its `n` output rows (the batch's tokens
+        flagged for logits), in batch order, one read for them all (a row at a time costs ~2.5 us more a row)."""
+        address = ctypes.addressof(ll.llama_get_logits(ctx).contents)
+        flat = np.frombuffer((ctypes.c_float * (n * self.n_vocab)).from_address(address), dtype=np.float32)
+        return flat.reshape(n, self.n_vocab)
+
     def _logits(self, ctx, row: int) -> np.ndarray:
         """Row `row`'s logits, in place (valid until the context's next decode)."""
         address = ctypes.addressof(ll.llama_get_logits_ith(ctx, row).contents)  # ctypes.cast costs ~1 us more
@@ -649,12 +665,11 @@ class Runner:
             eog = self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
         return eog
 
-    def _sample_in_grammar(self, ctx, row: int, chain, grammar, params: SamplingParams) -> int:
+    def _sample_in_grammar(self, logits: np.ndarray, chain, grammar, params: SamplingParams) -> int:
         """The chain's pick if the grammar allows it, else the chain's pick among what the grammar
         allows (of the best-scored `WEIGHED_FIRST` tokens when that gives the same pick: greedy, or
         at least top_k of them allowed and no penalty; else of the whole vocabulary); both samplers
         then accept it."""
-        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, row), shape=(self.n_vocab,))
         cur = self.candidates.fill(logits)
         ll.llama_sampler_apply(chain, ctypes.byref(cur))
         token = cur.data[cur.selected].id
@@ -720,7 +735,8 @@ class Runner:
     def decode_greedy(self, groups: list[tuple[Pool, list[tuple[int, int, list[int]]]]]) -> list[list[int]]:
         """Bare decodes: each group's rows (seq_id, start position, tokens) in its pool's context, one
         `llama_decode` a group, back to back over the one batch, then each row's greedy next token
-        (every context decodes before any samples, as in `run`; picked as `run` picks greedy). No plan,
+        (every context decodes before any samples, as in `run`; the same pick as `run`'s greedy rows, read
+        a row at a time, as a plain loop over the API does). No plan,
         no sampler chain, nothing kept but the cells: the raw loops of `homeai.bench.raw_loop` are built on it."""
         decoded = []
         for pool, rows in groups:

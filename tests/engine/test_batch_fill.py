@@ -40,9 +40,10 @@ def test_every_token_lands_at_its_index(longest):
         assert batch.fill(rows) == last
         assert batch.c.n_tokens == len(token)
         assert _filled(batch, len(token)) == (token, pos, seq, logits)
+        assert batch.num_outputs == sum(logits)  # the logits rows llama.cpp computes
 
 
 def test_an_empty_step_fills_nothing():
     batch = _Batch(8)
     assert batch.fill([]) == []
-    assert batch.c.n_tokens == 0
+    assert batch.c.n_tokens == 0 and batch.num_outputs == 0

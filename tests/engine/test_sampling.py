@@ -68,6 +68,26 @@ def raw_loop_first(runner, prompts: list[list[int]]) -> list[int]:
     return picked
 
 
+def test_the_output_rows_read_at_once_are_each_rows_logits_in_batch_order(runner):
+    """A step reads its rows' logits in one pass (`Runner._outputs`): output k is the k-th token
+    flagged for logits, as llama.cpp gives row by row, with an unsampled chunk between them."""
+    from homeai.sched.pools import Pool
+
+    prompts = [chat(runner, q) for q in QUESTIONS]
+    runner.reset()
+    rows = runner.batch.fill([(0, 0, prompts[0], True), (1, 0, prompts[1][:5], False),
+                              (2, 0, prompts[2], True), (3, 0, prompts[3], True)])
+    ctx = runner._context(Pool.MAIN)
+    assert ll.llama_decode(ctx, runner.batch.c) == 0
+    sampled = [rows[0], rows[2], rows[3]]
+    each = [runner._logits(ctx, row).copy() for row in sampled]
+    together = runner._outputs(ctx, len(sampled))
+    runner.reset()
+    assert not np.array_equal(each[0], each[1]) and not np.array_equal(each[1], each[2])  # an order shows
+    for k, row_logits in enumerate(each):
+        assert np.array_equal(together[k], row_logits)
+
+
 def test_a_request_keeps_sampler_state_only_while_it_runs(runner):
     """Greedy, seeded, penalised and unfiltered requests: each builds its sampling at its first
     token, and the step after it ends frees it."""
