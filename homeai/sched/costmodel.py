@@ -88,7 +88,7 @@ class StepCostModel:
 
     def observe(self, x: StepShape, elapsed_ms: float, now: float | None = None) -> None:
         """Learn from a step that took `elapsed_ms`, observed at `now` (seconds, any clock)."""
-        fitted = max(_dot(self.machine, x), 1.0)
+        fitted = max(predicted_ms(self.machine, x), 1.0)
         y = elapsed_ms
         if self._seen >= WARM_STEPS:  # until then every step is the machine's (the prior is a guess)
             self._contend(elapsed_ms / fitted)
@@ -189,7 +189,7 @@ class StepCostModel:
                 rows.append((*pick(row), row[n] - part))
 
     def predict_ms(self, x: StepShape) -> float:
-        return _dot(self.coefficients, x)
+        return predicted_ms(self.coefficients, x)
 
     def call_tokens(self) -> float:
         """A decode call's fixed cost in tokens' worth (a/b): what background pays for a call of its own."""
@@ -204,13 +204,20 @@ class StepCostModel:
     def tokens_within(self, target_ms: float, base: StepShape, context_cells: int, new_decode: bool) -> int:
         """The most tokens a step of shape `base` may add within the target, in a context of
         `context_cells` cells (`new_decode`: one that has no tokens in the step yet)."""
-        a, b, c, d = self.coefficients
-        left = target_ms - self.predict_ms(base) - (a if new_decode else 0.0)
-        return max(int(left / (b + c * context_cells / 1000.0)), 0)
+        return tokens_within(self.coefficients, target_ms, base, context_cells, new_decode)
 
 
-def _dot(coefficients: tuple[float, ...], x: StepShape) -> float:
-    return sum(map(mul, coefficients, x))  # c * xi for each, added in order (asked several times a step)
+def tokens_within(coefficients: tuple[float, ...], target_ms: float, base: StepShape, context_cells: int,
+                  new_decode: bool) -> int:
+    """`StepCostModel.tokens_within` as the model stood when it gave `coefficients`."""
+    a, b, c, d = coefficients
+    left = target_ms - predicted_ms(coefficients, base) - (a if new_decode else 0.0)
+    return max(int(left / (b + c * context_cells / 1000.0)), 0)
+
+
+def predicted_ms(coefficients: tuple[float, ...], x: StepShape) -> float:
+    """A step of shape `x` by `coefficients`: c * xi for each, added in order (asked several times a step)."""
+    return sum(map(mul, coefficients, x))
 
 
 def _one(i: int):

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from functools import partial
+from typing import Callable, NamedTuple, Protocol
 
-from homeai.sched.costmodel import StepCostModel, StepShape
+from homeai.sched.costmodel import StepCostModel, StepShape, predicted_ms, tokens_within
 from homeai.sched.request import RUNNING, Request
 
 
@@ -123,18 +124,25 @@ class Pacing:
         return 1 if pace is not None else self.min_chunk
 
     def budget(self, cost: StepCostModel, *, num_decoding: int, decodes: StepShape, pace: float | None, aim: float,
-               cells: int, new_decode: bool, prompt: bool, way_back: int) -> int:
+               cells: int, new_decode: bool, prompt: bool, way_back: int) -> Callable[[], int]:
         """Tokens a step may carry: its decodes and what the cost model fits in `aim` over
         `cells` (the cache a prompt would be read in), never less than a floor: a prompt that was
         let in is read by a token a step while decoding alone stays within the pace (admission left
-        room for it); without readers a minimum chunk; and `way_back` whatever the model says."""
-        tokens = num_decoding + cost.tokens_within(aim, decodes, cells, new_decode=new_decode)
+        room for it); without readers a minimum chunk; and `way_back` whatever the model says.
+        Returned as the sum to do, over the model and the shrink as they stand now: a step with
+        nothing waiting never asks it (`StepPlan.budget`)."""
+        return partial(self._budget, cost.coefficients, self.shrink, num_decoding, decodes, pace, aim, cells,
+                       new_decode, prompt, way_back)
+
+    def _budget(self, coefficients: tuple[float, ...], shrink: float, num_decoding: int, decodes: StepShape,
+                pace: float | None, aim: float, cells: int, new_decode: bool, prompt: bool, way_back: int) -> int:
+        tokens = num_decoding + tokens_within(coefficients, aim, decodes, cells, new_decode)
         if pace is not None:
-            floor = num_decoding + (1 if prompt and cost.predict_ms(decodes) < pace else 0)
+            floor = num_decoding + (1 if prompt and predicted_ms(coefficients, decodes) < pace else 0)
         else:
             floor = num_decoding + self.min_chunk
         budget = max(min(tokens, self.max_step_tokens), floor, num_decoding + way_back)
-        return min(max(int(budget * self.shrink), num_decoding + 1), self.max_step_tokens)
+        return min(max(int(budget * shrink), num_decoding + 1), self.max_step_tokens)
 
     def readers(self, running: list[Request], version: int, targets: dict[str, float], layout: ReaderShapes) -> Readers:
         """The running set as admission costs it (asked each step a prompt waits). What changes only

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import chain
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from homeai.sched.costmodel import StepShape
 from homeai.sched.pools import GENERATE, Copy, Drop, Pool
@@ -54,10 +54,19 @@ class StepPlan:
     # or past a position), or share one sequence's first cells with another.
     cache_ops: dict[Pool, list[Drop | Copy]] = field(default_factory=dict)
     done: list[str] = field(default_factory=list)  # requests whose sampler state may go
-    budget: int = 0
+    # The budget's sum, done when `budget` is first asked (with nothing waiting, no step asks it).
+    budget_of: Callable[[], int] | None = None
+    _budget: int = 0
     context_cells: int = 0  # KV cells holding context when the step was planned
     shape: StepShape = StepShape(0)  # what the cost model costs: decode calls, tokens, attention, outputs
     background: BackgroundDue | None = None  # None: background had no work waiting (it is owed nothing)
+
+    @property
+    def budget(self) -> int:
+        """Tokens the step may carry, decodes included."""
+        if self.budget_of is not None:
+            self._budget, self.budget_of = self.budget_of(), None
+        return self._budget
 
     @property
     def items(self) -> list[ScheduledItem]:

@@ -50,7 +50,7 @@ import itertools
 from collections import Counter, deque
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel, StepShape
@@ -290,7 +290,7 @@ class Scheduler:
             return self._close(plan)
         self.fair.set_backlogged(self._pairs.keys())
         step, decoding = self._begin(now, plan)
-        plan.budget = self._budget(step, step.decodes, len(decoding))
+        plan.budget_of = self._budget(step, step.decodes, len(decoding))
         version = self.pools.version
         self._grow_decodes(decoding, plan)
         usable = self._fill(step, plan)
@@ -418,12 +418,12 @@ class Scheduler:
         return self.pacing.first_read_aim(aim, pace, self.cost, decodes, cells[self.pools.of_class(True)],
                                           self._first_question())
 
-    def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> int:
-        """Tokens this step may carry; prefill goes first to interactive lanes, so it is costed in
-        their cache when they have their own."""
+    def _budget(self, step: Step, decodes: StepShape, num_decoding: int) -> Callable[[], int]:
+        """Tokens this step may carry, as a sum to do when asked; prefill goes first to interactive
+        lanes, so it is costed in their cache when they have their own."""
         fixed = self.policy.budget(self.limits.max_step_tokens)
         if fixed is not None:
-            return fixed
+            return lambda: fixed
         to = self.pools.of_class(step.prompt)
         return self.pacing.budget(step.cost, num_decoding=num_decoding, decodes=decodes, pace=step.pace, aim=step.aim,
                                   cells=step.cells[to], new_decode=not step.num_decoding[to], prompt=step.prompt,
