@@ -354,7 +354,9 @@ class Scheduler:
     def _begin(self, now: float, plan: StepPlan) -> tuple[Step, list[Request]]:
         """The step's facts, built once, with its decodes placed in `plan`; and the sequences decoding."""
         # Only lanes with requests waiting: one queued later in the step was preempted (always eligible).
-        cutoffs = {lane: now - self._eligible_at(lane, 0.0) for lane, queue in self.waiting.items() if queue}
+        waiting = self.waiting
+        cutoffs = ({lane: now - self._eligible_at(lane, 0.0) for lane, queue in waiting.items() if queue}
+                   if any(waiting.values()) else {})
         moment = Moment(now, self.cost, cutoffs, Admissions())
         if cutoffs:  # (with nothing waiting no member is kept out of a reader slot: `members.py`)
             self.admission.rebalance(moment, self._preempt)

@@ -60,8 +60,12 @@ class Moment:
         return memo.split[1], memo.split[2]
 
     def reading(self, pools: KVPools) -> list[Request]:
-        """Every request in flight still reading its input: generating sequences, then embedding inputs."""
-        return [*self.running(pools)[1], *(r for r in pools.embedding if not r.is_decoding)]
+        """Every request in flight still reading its input: generating sequences, then embedding inputs
+        (not to be changed: with no embedding input, `running`'s own list)."""
+        reading = self.running(pools)[1]
+        if not pools.embedding:
+            return reading
+        return [*reading, *(r for r in pools.embedding if not r.is_decoding)]
 
     def eligible(self, request) -> bool:
         """Waiting long enough to be admitted this step (a preempted request always is)."""
