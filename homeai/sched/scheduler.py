@@ -525,7 +525,9 @@ class Scheduler:
                 self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
             self.pools.expire(self.cost.tokens_per_kcell())
         outputs = self._advance(plan.generating, result.samples, now)
-        return outputs + [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
+        if plan.batches[Pool.EMBED]:
+            outputs += [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
+        return outputs
 
     def _advance(self, items: list[ScheduledItem], samples: dict[str, Sample], now: float) -> list[Output]:
         """What a step did for its generating items, in order: one pass over every sequence every
