@@ -123,7 +123,7 @@ class Pacing:
         """The smallest prefill chunk worth placing: any, while readers pay the step's fixed cost anyway."""
         return 1 if pace is not None else self.min_chunk
 
-    def budget(self, cost: StepCostModel, *, num_decoding: int, decodes: StepShape, pace: float | None, aim: float,
+    def budget(self, cost: StepCostModel, num_decoding: int, decodes: StepShape, pace: float | None, aim: float,
                cells: int, new_decode: bool, prompt: bool, way_back: int) -> Callable[[], int]:
         """Tokens a step may carry: its decodes and what the cost model fits in `aim` over
         `cells` (the cache a prompt would be read in), never less than a floor: a prompt that was

@@ -754,3 +754,15 @@ def test_a_policy_sets_the_order_admission_and_budget():
         now += 0.01
         assert plan.budget == 24 and len(sched.running) <= 1
     assert [r.finish_time for r in reversed(requests)] == sorted(r.finish_time for r in requests)
+
+
+def test_a_step_is_built_with_its_fields_in_the_order_schedule_passes_them():
+    """`Scheduler._begin` builds each step's `Step` by position (naming them costs several thousand
+    instructions a step): reordering the fields must change that call too."""
+    from dataclasses import fields
+
+    from homeai.sched.step import Step
+
+    assert [f.name for f in fields(Step)] == [
+        "now", "cost", "cutoffs", "admissions", "overdue", "began_idle", "prompt", "cells", "num_decoding",
+        "decodes", "deferred", "pace", "aim", "lone", "held", "first_token_waits", "min_chunk", "planned"]
