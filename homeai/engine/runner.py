@@ -426,7 +426,6 @@ class Runner:
         self.batch = _Batch(cfg.n_batch)
         self.embed_batch = _Batch(cfg.embed_n_ctx)
         self.samplers: dict[str, _Sampling] = {}  # per request in flight, kept across preemption
-        self._logits_row = ctypes.c_float * self.n_vocab
         self._eog: dict[int, bool] = {}  # whether a token ends generation, asked once a token
         self.candidates = _Candidates(self.n_vocab)
         self._pooled: dict[str, np.ndarray] = {}  # embedding inputs in flight: their chunks' summed vectors
@@ -654,11 +653,6 @@ class Runner:
         flat = np.frombuffer((ctypes.c_float * (n * self.n_vocab)).from_address(address), dtype=np.float32)
         return flat.reshape(n, self.n_vocab)
 
-    def _logits(self, ctx, row: int) -> np.ndarray:
-        """Row `row`'s logits, in place (valid until the context's next decode)."""
-        address = ctypes.addressof(ll.llama_get_logits_ith(ctx, row).contents)  # ctypes.cast costs ~1 us more
-        return np.frombuffer(self._logits_row.from_address(address), dtype=np.float32)
-
     def _is_eog(self, token: int) -> bool:
         eog = self._eog.get(token)
         if eog is None:
@@ -735,8 +729,8 @@ class Runner:
     def decode_greedy(self, groups: list[tuple[Pool, list[tuple[int, int, list[int]]]]]) -> list[list[int]]:
         """Bare decodes: each group's rows (seq_id, start position, tokens) in its pool's context, one
         `llama_decode` a group, back to back over the one batch, then each row's greedy next token
-        (every context decodes before any samples, as in `run`; the same pick as `run`'s greedy rows, read
-        a row at a time, as a plain loop over the API does). No plan,
+        (every context decodes before any samples, as in `run`; picked as `run` picks greedy, every row
+        from one read of the context's output rows). No plan,
         no sampler chain, nothing kept but the cells: the raw loops of `homeai.bench.raw_loop` are built on it."""
         decoded = []
         for pool, rows in groups:
@@ -745,8 +739,8 @@ class Runner:
             rc = ll.llama_decode(ctx, self.batch.c)
             if rc != 0:
                 raise RunnerError(f"llama_decode failed with code {rc}")
-            decoded.append((ctx, last))
-        return [[int(self._logits(ctx, row).argmax()) for row in last] for ctx, last in decoded]
+            decoded.append((ctx, len(last)))
+        return [self._outputs(ctx, n).argmax(axis=1).tolist() for ctx, n in decoded]
 
     def reset(self) -> None:
         """Forget every sequence and sampler (a new engine starts from an empty cache)."""

@@ -70,7 +70,7 @@ def raw_loop_first(runner, prompts: list[list[int]]) -> list[int]:
 
 def test_the_output_rows_read_at_once_are_each_rows_logits_in_batch_order(runner):
     """A step reads its rows' logits in one pass (`Runner._outputs`): output k is the k-th token
-    flagged for logits, as llama.cpp gives row by row, with an unsampled chunk between them."""
+    flagged for logits, as llama.cpp gives them row by row, with an unsampled chunk between them."""
     from homeai.sched.pools import Pool
 
     prompts = [chat(runner, q) for q in QUESTIONS]
@@ -80,7 +80,7 @@ def test_the_output_rows_read_at_once_are_each_rows_logits_in_batch_order(runner
     ctx = runner._context(Pool.MAIN)
     assert ll.llama_decode(ctx, runner.batch.c) == 0
     sampled = [rows[0], rows[2], rows[3]]
-    each = [runner._logits(ctx, row).copy() for row in sampled]
+    each = [np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, row), shape=(runner.n_vocab,)).copy() for row in sampled]
     together = runner._outputs(ctx, len(sampled))
     runner.reset()
     assert not np.array_equal(each[0], each[1]) and not np.array_equal(each[1], each[2])  # an order shows
