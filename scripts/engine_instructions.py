@@ -24,12 +24,22 @@ the count of a step there is not a steady decode's: use one or four.
 
 The engine's count less the raw loop's, at the same `--seqs`, is the engine's overhead a step
 in instructions; a row's greedy pick (an argmax over the vocabulary) is in both.
+
+`--side collect` counts one part exactly instead: `Runner.collect` (a step's rows sampled, greedy)
+called `--tokens` times over one decoded batch of `--seqs` rows, with callgrind counting only
+around those calls (run it with `--instr-atstart=no`, at two `--tokens`, and divide the
+difference by theirs):
+
+    PYTHONPATH=. valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null \
+        .venv/bin/python scripts/engine_instructions.py /tmp/tiny.gguf --side collect --seqs 4 --tokens 600
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 
 from homeai.bench.engine_bench import _prompts
@@ -38,7 +48,9 @@ from homeai.config import from_dict
 from homeai.engine import runner as runner_mod
 from homeai.engine.engine import _last, create_engine
 from homeai.engine.runner import Runner
-from homeai.sched.request import SamplingParams
+from homeai.sched.plan import ScheduledItem, StepPlan, StepResult
+from homeai.sched.pools import Pool
+from homeai.sched.request import Kind, SamplingParams
 
 
 def decode_once_steady(num_seqs: int):
@@ -61,13 +73,16 @@ def decode_once_steady(num_seqs: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path)
-    ap.add_argument("--side", choices=["engine", "raw"], required=True)
+    ap.add_argument("--side", choices=["engine", "raw", "collect"], required=True)
     ap.add_argument("--seqs", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=300)
     args = ap.parse_args()
     cfg = from_dict({"model": {"path": str(args.model), "n_threads": 1}})
     runner = Runner(cfg.model, args.model)
     prompts = _prompts(runner, args.seqs)
+    if args.side == "collect":
+        collect_only(runner, prompts, args.tokens)
+        return
     decode = runner_mod.ll.llama_decode = decode_once_steady(args.seqs)
     if args.side == "raw":
         runner.reset()
@@ -80,6 +95,27 @@ def main() -> None:
         assert tokens == args.seqs * args.tokens, tokens
     finally:
         engine.stop()
+
+
+def collect_only(runner: Runner, prompts: list[list[int]], times: int) -> None:
+    """`Runner.collect` `times` over one decode of the prompts (greedy, a row each), counted alone."""
+    params = SamplingParams(temperature=0, max_tokens=times, ignore_eos=True)
+    plan = StepPlan(0)
+    plan.batches[Pool.MAIN] = [ScheduledItem(f"r{i}", Kind.GENERATE, i, 0, p, True, params) for i, p in enumerate(prompts)]
+    runner.reset()
+    runner.launch(plan)
+    decoded = runner._decoded
+    runner.collect(plan, StepResult())  # the samplers built, numpy warm
+    _instrument("on")
+    for _ in range(times):
+        runner._decoded = decoded
+        runner.collect(plan, StepResult())
+    _instrument("off")
+
+
+def _instrument(on_off: str) -> None:
+    """Turn callgrind's counting on or off for this process (nothing when not under callgrind)."""
+    subprocess.run(["callgrind_control", "-i", on_off, str(os.getpid())], capture_output=True, check=False)
 
 
 async def _engine_side(engine, prompts: list[list[int]], num_tokens: int) -> int:
