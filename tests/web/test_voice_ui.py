@@ -71,9 +71,15 @@ def test_push_to_talk_transcribes_answers_stores_and_reads_aloud(voice_browser, 
     context.add_init_script(f"localStorage.setItem('homeai.token', {token!r});"
                             "window.__spoken = []; speechSynthesis.speak = (u) => window.__spoken.push(u.text);")
     page = context.new_page()
-    errors, sockets = [], []
+    errors, sockets, events = [], [], []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("websocket", lambda ws: sockets.append(ws.url))
+
+    def watch(ws):  # the voice socket's server events, to say why when no transcript comes
+        sockets.append(ws.url)
+        ws.on("framereceived", lambda payload: events.append(payload[:200])
+              if isinstance(payload, str) and '"response.delta"' not in payload else None)
+        ws.on("close", lambda _: events.append("(socket closed)"))
+    page.on("websocket", watch)
     try:
         page.goto("/")
         page.get_by_label("Read answers aloud").check()
@@ -86,7 +92,10 @@ def test_push_to_talk_transcribes_answers_stores_and_reads_aloud(voice_browser, 
         page.mouse.up()
 
         question = page.locator(".message.user").last
-        expect(question).to_contain_text(re.compile("kitchen", re.I), timeout=ANSWER_MS)
+        try:
+            expect(question).to_contain_text(re.compile("kitchen", re.I), timeout=ANSWER_MS)
+        except AssertionError as e:
+            raise AssertionError(f"the words did not show: the server sent {events}; page errors {errors}") from e
         answer = page.get_by_test_id("assistant-message").last
         expect(answer).not_to_have_class(re.compile(r"\bstreaming\b"), timeout=ANSWER_MS)
         text = answer.locator(".bubble").inner_text().strip()
