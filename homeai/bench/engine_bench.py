@@ -4,7 +4,9 @@ Run: `homeai bench engine [--seqs 1,4,8,16] [--tokens 64] [--rounds 3]`. Both si
 on the same loaded model in the same run, greedy, past end-of-generation, so the ratio measures
 what the scheduler, the engine thread and the streams cost; the overhead is that cost per step
 (the engine's seconds less the raw loop's, over the tokens each sequence decodes), in
-milliseconds. The engine's seconds start at its first admission, after the lane's batching window.
+milliseconds, printed beside the raw loop's own milliseconds a step: the same overhead is a larger
+share of a faster box's step, so the ratio alone does not say whether a box or the code changed.
+The engine's seconds start at its first admission, after the lane's batching window.
 Each row alternates the two `--rounds` times and reports medians (and each round's ratio); the
 planning cost is timed once before each round, and its median reported: single runs on a shared
 box spread too far to compare, and the box's pace swings within a run. The engine side runs on a
@@ -63,7 +65,8 @@ def engine_throughput(engine: Engine, seqs: list[int], num_tokens: int, progress
             raw = engine.call_in_loop(lambda runner: _raw_between_steps(engine, runner, prompts, num_tokens))
             runs.append({"homeai_tok_s": ours["tokens"] / ours["seconds"], "raw_tok_s": raw["tokens"] / raw["seconds"],
                          "ratio": (ours["tokens"] / ours["seconds"]) / (raw["tokens"] / raw["seconds"]),
-                         "overhead_ms": (ours["seconds"] - raw["seconds"]) / num_tokens * 1000})
+                         "overhead_ms": (ours["seconds"] - raw["seconds"]) / num_tokens * 1000,
+                         "raw_step_ms": raw["seconds"] / num_tokens * 1000})
         rows.append({"seqs": n, **{k: statistics.median(r[k] for r in runs) for k in runs[0]},
                      "ratios": [r["ratio"] for r in runs]})
         if progress:
@@ -130,10 +133,11 @@ def fake_result(plan) -> StepResult:
 
 
 def report(rows: list[dict], plan_cost: dict) -> str:
-    lines = ["| sequences | homeai tok/s | raw loop tok/s | homeai / raw | overhead ms/step | each round's ratio |",
-             "|---:|---:|---:|---:|---:|---|"]
+    lines = ["| sequences | homeai tok/s | raw loop tok/s | homeai / raw | overhead ms/step | raw loop ms/step"
+             " | each round's ratio |",
+             "|---:|---:|---:|---:|---:|---:|---|"]
     lines += [f"| {r['seqs']} | {r['homeai_tok_s']:.1f} | {r['raw_tok_s']:.1f} | {r['ratio']:.2f} | {r['overhead_ms']:.3f}"
-              f" | {' '.join(f'{x:.2f}' for x in r['ratios'])} |" for r in rows]
+              f" | {r['raw_step_ms']:.3f} | {' '.join(f'{x:.2f}' for x in r['ratios'])} |" for r in rows]
     lines.append("")
     lines.append(f"scheduler planning: {plan_cost['ms_per_step']:.3f} ms per step with "
                  f"{plan_cost['waiting']} waiting and {plan_cost['running']} running")

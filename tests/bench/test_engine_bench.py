@@ -26,6 +26,8 @@ def test_rows_and_report(make_engine):
     text = report(rows, planning_cost(num_waiting=16, num_running=8, steps=5))
     assert "| 3 |" in text and "scheduler planning" in text and f"{rows[0]['ratios'][2]:.2f} |" in text
     assert "overhead ms/step" in text and all(r["overhead_ms"] == r["overhead_ms"] for r in rows)  # a number, not NaN
+    assert "raw loop ms/step" in text and all(r["raw_step_ms"] > 0 for r in rows)
+    assert f"| {rows[1]['raw_step_ms']:.3f} |" in text
 
 
 def test_the_engine_answers_the_same_after_the_raw_loop(make_engine):
