@@ -133,8 +133,11 @@ class RequestStream:
         looks at the queue, so no wake-up is lost without taking the lock for every token.)"""
         self._items.append(event)
         if self._sleepers:
-            with self._cond:
-                self._cond.notify_all()
+            self.wake_sleepers()
+
+    def wake_sleepers(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
 
     def _pop(self):
         try:
@@ -489,8 +492,7 @@ class Engine:
                 self.counters["steps"] += 1
                 self.counters["step_tokens"] += plan.num_tokens
                 try:
-                    for output in self.scheduler.update(plan, result, self.clock()):
-                        self._deliver(output)
+                    self._deliver(self.scheduler.update(plan, result, self.clock()))
                 except Exception as exc:  # a bug must fail its requests, not silently stop the loop
                     log.exception("step %d could not be recorded", plan.step_id)
                     self._fail(plan, f"internal error: {exc}")
@@ -566,8 +568,7 @@ class Engine:
                         outputs = self.scheduler.update(plan, result, self.clock())
                     else:
                         outputs = self.scheduler.settle(plan, pending, result, self.clock(), next_plan)
-                    for output in outputs:
-                        self._deliver(output)
+                    self._deliver(outputs)
                 except Exception as exc:
                     log.exception("step %d could not be recorded", plan.step_id)
                     self._fail_ahead(plan, pending, f"internal error: {exc}")
@@ -595,25 +596,35 @@ class Engine:
         # Submissions and aborts notify at once; the bound only keeps a missed wakeup from hanging.
         return 1.0 if wake is None else min(max(wake - now, 0.0005), 1.0)
 
-    def _deliver(self, output: Output) -> None:
-        request = output.request
-        stream = self.streams.get(request.request_id)
-        if stream is None:
-            return
-        sample = output.sample
-        if sample is not None:
-            token = sample.token
-            delta, stopped = stream.text.add(self.runner.piece(token))
-            grammar = request.params.grammar
-            if grammar is not None and not request.held and grammar.triggered(stream.text.text, token):
-                request.held = True  # a tool call opened: its client takes it whole (the scheduler's pacing)
-            self._send(stream, new_tuple(TokenEvent, (token, delta, sample.logprob, sample.top_logprobs)))
-            if stopped and not output.finished:
-                self.scheduler.finish(request.request_id, "stop", self.clock())
-                self._close(request, "stop")
-                return
-        if output.finished:
-            self._close(request, request.finish_reason or "stop")
+    def _deliver(self, outputs: list[Output]) -> None:
+        """A step's outputs to their streams, in order: each token's text (a stop string found in it
+        ends its request), and each end. On the loop thread, for every sequence every step: one
+        call for the step, what `_send` does for a token written out (a call a token cost ~1 us of
+        a tiny model's 1 ms step at four sequences)."""
+        streams, piece, clock = self.streams, self.runner.piece, self.clock
+        for request, sample, finished in outputs:
+            stream = streams.get(request.request_id)
+            if stream is None:
+                continue
+            if sample is not None:
+                token = sample.token
+                text = stream.text
+                delta, stopped = text.add(piece(token))
+                grammar = request.params.grammar
+                if grammar is not None and not request.held and grammar.triggered(text.text, token):
+                    request.held = True  # a tool call opened: its client takes it whole (the scheduler's pacing)
+                stream._items.append(new_tuple(TokenEvent, (token, delta, sample.logprob, sample.top_logprobs)))
+                if stream._sleepers:  # (`stream.add`, written out)
+                    stream.wake_sleepers()
+                if stream not in self._to_wake:  # `_send`, for a token
+                    self._to_wake[stream] = None
+                    self._interactive_waiting |= request.interactive
+                if stopped and not finished:
+                    self.scheduler.finish(request.request_id, "stop", clock())
+                    self._close(request, "stop")
+                    continue
+            if finished:
+                self._close(request, request.finish_reason or "stop")
 
     def _close(self, request: Request, reason: str, error: str | None = None) -> None:
         stream = self.streams.pop(request.request_id, None)
