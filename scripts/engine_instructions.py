@@ -25,6 +25,18 @@ the count of a step there is not a steady decode's: use one or four.
 The engine's count less the raw loop's, at the same `--seqs`, is the engine's overhead a step
 in instructions; a row's greedy pick (an argmax over the vocabulary) is in both.
 
+`--side fake` needs no model (pass any path) and counts exactly: the engine and scheduler with a
+fake runner (every row samples token 7, a step "takes" 1 ms), `--seqs` requests of the summaries
+lane decoding `--tokens` tokens each (at least 1,400), background readers woken only at the end,
+and callgrind counting steps 300 to 1,300 alone, every thread (run it with `--instr-atstart=no`;
+the count over 1,000 is a step's). Its steps hold what the engine's do around a decode except the
+runner's own part (the batch, the logits read, the greedy picks), which the raw loop pays too.
+It runs where llama.cpp's CPU build uses instructions valgrind cannot run (AVX-512: `--side
+engine` then dies in `ggml_cpu_init`):
+
+    PYTHONPATH=. valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/dev/null \
+        .venv/bin/python scripts/engine_instructions.py - --side fake --seqs 4 --tokens 1500
+
 `--side collect` counts one part exactly instead: `Runner.collect` (a step's rows sampled, greedy)
 called `--tokens` times over one decoded batch of `--seqs` rows, with callgrind counting only
 around those calls (run it with `--instr-atstart=no`, at two `--tokens`, and divide the
@@ -41,16 +53,20 @@ import asyncio
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 from homeai.bench.engine_bench import _prompts
 from homeai.bench.raw_loop import raw_batched_decode
 from homeai.config import from_dict
 from homeai.engine import runner as runner_mod
-from homeai.engine.engine import _last, create_engine
+from homeai.engine import engine as engine_mod
+from homeai.engine.engine import Engine, _last, create_engine
 from homeai.engine.runner import Runner
 from homeai.sched.plan import ScheduledItem, StepPlan, StepResult
 from homeai.sched.pools import Pool
-from homeai.sched.request import Kind, SamplingParams
+from homeai.sched.request import Kind, Sample, SamplingParams
+from homeai.sched.scheduler import SchedulerLimits
+from lanes import DEFAULT_POLICIES
 
 
 def decode_once_steady(num_seqs: int):
@@ -73,10 +89,13 @@ def decode_once_steady(num_seqs: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", type=Path)
-    ap.add_argument("--side", choices=["engine", "raw", "collect"], required=True)
+    ap.add_argument("--side", choices=["engine", "raw", "collect", "fake"], required=True)
     ap.add_argument("--seqs", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=300)
     args = ap.parse_args()
+    if args.side == "fake":
+        fake_engine(args.seqs, args.tokens)
+        return
     cfg = from_dict({"model": {"path": str(args.model), "n_threads": 1}})
     runner = Runner(cfg.model, args.model)
     prompts = _prompts(runner, args.seqs)
@@ -111,6 +130,45 @@ def collect_only(runner: Runner, prompts: list[list[int]], times: int) -> None:
         runner._decoded = decoded
         runner.collect(plan, StepResult())
     _instrument("off")
+
+
+class _FakeRunner:
+    """What the engine asks of a model, computing nothing: every sampled row gets token 7, a step takes
+    1 ms by the cost model's clock; callgrind counts from step `first` to step `last`."""
+
+    info = SimpleNamespace(max_seq_len=65536, interactive_max_seq_len=4096, embed_max_tokens=512, n_vocab=1000)
+    SEVEN = Sample(7)  # (a sample is immutable: one serves every row)
+
+    def __init__(self, first: int, last: int):
+        self.steps, self.first, self.last = 0, first, last
+
+    def reset(self) -> None:
+        pass
+
+    def piece(self, token: int) -> bytes:
+        return b"x"
+
+    def run(self, plan: StepPlan) -> StepResult:
+        self.steps += 1
+        if self.steps in (self.first, self.last):
+            _instrument("on" if self.steps == self.first else "off")
+        return StepResult(samples={i.request_id: self.SEVEN for i in plan.generating if i.sample}, elapsed_ms=1.0)
+
+
+def fake_engine(num_seqs: int, num_tokens: int) -> None:
+    """`--side fake`: steps 300 to 1,300 of `num_seqs` answers decoding in the engine, no model."""
+    if num_tokens < 1400:
+        raise SystemExit("--side fake counts steps 300 to 1,300: --tokens 1400 or more")
+    engine_mod.BACKGROUND_WAKE_S = 1e9  # readers woken at the end alone: a count that does not follow the clock
+    limits = SchedulerLimits(num_cells=65536, num_seqs=32, max_step_tokens=512, embed_max_tokens=2048,
+                             embed_max_seqs=64)
+    engine = Engine(_FakeRunner(300, 1300), dict(DEFAULT_POLICIES), limits).start()
+    prompts = [[10 + (i * 131 + k) % 900 for k in range(40)] for i in range(num_seqs)]
+    try:
+        tokens = asyncio.run(_engine_side(engine, prompts, num_tokens))
+        assert tokens == num_seqs * num_tokens, tokens
+    finally:
+        engine.stop()
 
 
 def _instrument(on_off: str) -> None:
