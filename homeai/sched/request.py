@@ -108,7 +108,7 @@ class Request:
     # or another that holds a prompt too long for that one. Its lane's rules go with it everywhere.
     pool: Pool | None = None
     output_tokens: list[int] = field(default_factory=list)
-    samples: list[Sample] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)  # each sampled row, kept only with params.record_logits
     num_computed_tokens: int = 0
     num_charged_prompt: int = 0  # prompt tokens charged to fair share (or found cached): a recompute is free
     status: Status = Status.WAITING  # written by the scheduler alone (`Scheduler._start`, `_requeue`, `_finish`)

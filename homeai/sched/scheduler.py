@@ -558,8 +558,9 @@ class Scheduler:
                 continue
             output = request.output_tokens
             output.append(sample.token)
-            request.samples.append(sample)
             lane, params = request.lane, request.params
+            if params.record_logits:  # (its rows' scores: kept for evaluation, read by nothing else)
+                request.samples.append(sample)
             cost = output_cost.get(lane)
             if cost is None:
                 cost = output_cost[lane] = self.fair.output_cost(policies[lane].weight)
@@ -659,7 +660,8 @@ class Scheduler:
                 outputs.append(new_tuple(Output, (request, None, True)))
                 continue
             token = output[position - len(request.prompt_tokens)] = sample.token
-            request.samples.append(sample)
+            if request.params.record_logits:
+                request.samples.append(sample)
             if ended:
                 request.finish_time = now
             elif next_plan is not None:
