@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import json
+import logging
 import os
 import random
 import tempfile
@@ -51,6 +52,8 @@ from homeai.sched.request import Grammar, Sample, SamplingParams
 from homeai.sched.pools import GENERATE, Copy, Pool
 from homeai.sched.plan import new_tuple
 from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
+
+log = logging.getLogger(__name__)
 
 
 class RunnerError(RuntimeError):
@@ -621,8 +624,14 @@ class Runner:
             token = best
         elif sampling.grammar is not None:
             token = self._sample_in_grammar(outputs[out], sampling.chain, sampling.grammar, sampling.params)
+        elif sampling.params.grammar is not None:  # a lazy grammar, in the chain
+            token = self._sample_checked(outputs[out], sampling.chain)
         else:
             token = ll.llama_sampler_sample(sampling.chain, ctx, row)
+        if token is None:  # the grammar admits no token the model can write: the answer ends here
+            log.warning("request %s: its grammar allows no token of this model's vocabulary here; "
+                        "its answer ends", item.request_id)
+            return new_tuple(Sample, (0, True) + SAMPLE_REST)  # (an end's token is never kept)
         is_eog = not sampling.params.ignore_eos and self._is_eog(token)
         if not sampling.reads_logits:
             return new_tuple(Sample, (token, is_eog) + SAMPLE_REST)  # Sample(token, is_eog), by tuple's C constructor
@@ -659,11 +668,25 @@ class Runner:
             eog = self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
         return eog
 
-    def _sample_in_grammar(self, logits: np.ndarray, chain, grammar, params: SamplingParams) -> int:
+    def _sample_checked(self, logits: np.ndarray, chain) -> int | None:
+        """`llama_sampler_sample` of a chain holding a grammar, written out to look before the chain
+        accepts its pick: None, and nothing accepted, when the grammar allowed no token (llama.cpp
+        aborts the process when a grammar accepts a token it refuses)."""
+        cur = self.candidates.fill(logits)
+        ll.llama_sampler_apply(chain, ctypes.byref(cur))
+        if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
+            return None
+        token = cur.data[cur.selected].id
+        ll.llama_sampler_accept(chain, token)
+        return token
+
+    def _sample_in_grammar(self, logits: np.ndarray, chain, grammar, params: SamplingParams) -> int | None:
         """The chain's pick if the grammar allows it, else the chain's pick among what the grammar
         allows (of the best-scored `WEIGHED_FIRST` tokens when that gives the same pick: greedy, or
         at least top_k of them allowed and no penalty; else of the whole vocabulary); both samplers
-        then accept it."""
+        then accept it. None, and nothing accepted, when the grammar allows no token at all (a
+        schema's character the vocabulary cannot write: SmolLM2's has no token starting with the
+        bytes 0xF1 or 0xF2; llama.cpp would abort the process on accepting a refused token)."""
         cur = self.candidates.fill(logits)
         ll.llama_sampler_apply(chain, ctypes.byref(cur))
         token = cur.data[cur.selected].id
@@ -674,6 +697,8 @@ class Runner:
                 cur = self.candidates.fill(logits)
                 ll.llama_sampler_apply(grammar, ctypes.byref(cur))
             ll.llama_sampler_apply(chain, ctypes.byref(cur))
+            if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
+                return None
             token = cur.data[cur.selected].id
         ll.llama_sampler_accept(grammar, token)
         ll.llama_sampler_accept(chain, token)
