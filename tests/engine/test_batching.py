@@ -37,6 +37,9 @@ def kl(p_logits: np.ndarray, q_logits: np.ndarray) -> float:
     return float((np.exp(lp) * (lp - lq)).sum())
 
 
+STEP_MS = 10.0
+
+
 def drive(runner, requests_by_step: dict[int, list[Request]], max_step_tokens=64, num_seqs=16,
           interactive_cells=0):
     """Run the real scheduler and runner, adding requests at given step numbers, until all finish
@@ -54,7 +57,12 @@ def drive(runner, requests_by_step: dict[int, list[Request]], max_step_tokens=64
         if step_no > max(requests_by_step) and not sched.has_work():
             break
         plan = sched.schedule(float(step_no))
-        sched.update(plan, runner.run(plan), float(step_no) + 0.5)
+        result = runner.run(plan)
+        # Every step "took" 10 ms: the cost model (which sizes each step's prefill beside the decodes)
+        # learns the same machine on a busy box as on a quiet one, so the plans, and which of the
+        # target's rows share a step with another's prompt chunk, do not change with the box's load.
+        result.elapsed_ms = STEP_MS
+        sched.update(plan, result, float(step_no) + 0.5)
     assert all(r.finished for r in everything)
     return sched
 
