@@ -15,10 +15,14 @@ and `speed` (0.25-4.0). `instructions` is accepted and ignored; `stream_format` 
   `X-HomeAI-Sample-Rate` header. Any other format is a 400 naming `response_format`.
 
 The member needs the lane (default chat, else `X-HomeAI-Lane` or the body's `lane`), which sets
-the synthesis priority (voice before chat before background). Refusals before any audio are the
-service's (`homeai.service.speaking`): 400s naming the field, 503 `tts_unavailable` (chat serves
-on), 503 `tts_busy`. The first sentence is synthesised before the answer starts, so these arrive
-as statuses; a client that leaves stops the synthesis at its next sentence.
+the synthesis priority (voice before chat before background); the member's share of the
+speech-out pool is theirs alone (`homeai.speech.synthesis_queue`). Refusals before any audio are
+the service's (`homeai.service.speaking`): 400s naming the field (a control character or a lone
+surrogate in `input` too: `invalid_text`), 503 `tts_unavailable` (chat serves on), `tts_busy`
+with `Retry-After`: 429 when the member already has `tts.max_pending_per_member` syntheses open,
+503 when the pool has no room left for the lane. The first sentence is synthesised before the
+answer starts, so these arrive as statuses; a client that leaves stops the synthesis at its next
+sentence and gives its slot back.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ async def speech(body: SpeechRequest, service: ServiceDep, runtime: RuntimeDep, 
     speaking = Speaking(runtime)
     voice = speaking.check(body.input, None if body.voice in OPENAI_VOICES else body.voice, body.speed)
     rate = speaking.sample_rate(voice)
-    frames = speaking.speak(body.input, lane=lane, voice=voice, speed=body.speed)
+    frames = speaking.speak(body.input, lane=lane, member=member.key, voice=voice, speed=body.speed)
     first = await _first(frames)  # refusals (a busy pool) still as a status, before the answer starts
     if body.response_format == "pcm":
         audio = _resampled(first, frames, rate, PCM_RATE)

@@ -21,7 +21,10 @@ Refused at `session.start`: an unknown voice (`error` with `param` "voice"), spe
 not loaded (`error` {code: tts_unavailable} saying why); sessions without `speak` never need it.
 
 Synthesis is the service's (`homeai.service.speaking`): on the voice lane, before chat and
-background synthesis, with the engine's background held while the first sentence is made.
+background synthesis, with the engine's background held while the first sentence is made, in
+one of the member's own slots on the speech-out pool (`tts.voice_reserve` keeps some for voice).
+A member at `tts.max_pending_per_member` gets `response.audio.done` with `error` {code:
+tts_busy} naming that cap (the written answer goes on); so does a pool with no room left.
 """
 
 from __future__ import annotations
@@ -105,7 +108,8 @@ class SpokenAnswer:
         await self.session.send(event)
 
     async def _speak(self) -> None:
-        frames = self.speaking.speak_stream(self._text(), lane=self.lane, voice=self.voice.name)
+        frames = self.speaking.speak_stream(self._text(), lane=self.lane, member=self.session.caller.key,
+                                            voice=self.voice.name)
         try:
             async with contextlib.aclosing(frames):
                 async for pcm in frames:

@@ -1,33 +1,42 @@
 """Speech out: text in, PCM16 frames out, for every protocol that speaks.
 
 The voice socket (`homeai.api.voice`), Wyoming (`homeai.wyoming`) and `/v1/audio/speech` each
-hand text here, whole or as an answer's pieces arrive. A turn finds the voice (or says why there
-is none), checks what it is asked (each refusal a 400 naming its field), cuts the text into
-sentences (`homeai.speech.sentences`) and synthesises each once it is whole, on the speech-out
-pool at its lane's priority (voice before chat before background). While a voice answer's first
+hand text here, whole or as an answer's pieces arrive, with the member it is spoken for (the
+service's `Caller.key`; Wyoming's `wyoming.member`). A turn finds the voice (or says why there
+is none), checks what it is asked (each refusal a 400 naming its field), takes one slot on the
+speech-out pool for the member at its lane's priority (voice before chat before background,
+then member share: `homeai.speech.synthesis_queue`), cuts the text into sentences
+(`homeai.speech.sentences`) and synthesises each once it is whole. While a voice answer's first
 sentence is synthesised the engine's background lanes are held (`tts.pause_background`): the
 first audio waits on it, and on a CPU background prefill shares its cores. Leaving the iterator
-(a client gone, barge-in) stops synthesis at the next chunk. Each error text is written once:
+(a client gone, barge-in) stops synthesis at the next chunk and gives the slot back. Text a
+client sends is refused when a synthesiser cannot take it (a control character other than a
+tab or line break, a lone surrogate); an answer's own text has those left out instead, since
+they are not the listener's doing. Each error text is written once:
 
     model_loading       503  the models are still loading (Retry-After 5)
     tts_unavailable     503  no piper or no voice, and why (the load error); chat is unaffected
     invalid_value       400  empty text, text over tts.max_chars, an unknown voice, a speed out of range
-    tts_busy            503  the speech-out pool is full (Retry-After 1)
+    invalid_text        400  a control character or a lone surrogate in the text (naming the field)
+    tts_busy            429  the member already has tts.max_pending_per_member syntheses open (Retry-After 1)
+    tts_busy            503  the pool has no room for the lane: tts.max_pending, less tts.voice_reserve
+                             for all but voice (Retry-After 1)
     synthesis_failed    500  piper failed on the text
 
     speaking = Speaking(runtime)
     voice = speaking.check(text, None, 1.0)
-    async for pcm in speaking.speak(text, lane="chat", voice=voice):  # at speaking.sample_rate(voice)
+    async for pcm in speaking.speak(text, lane="chat", member=caller.key, voice=voice):  # at sample_rate(voice)
         ...
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import TYPE_CHECKING, AsyncIterator
 
 from homeai.service.errors import RETRY_SOON, ServiceError
-from homeai.speech.base import SpeechModelError, SynthesisBusy
+from homeai.speech.base import SpeechModelError, SynthesisBusy, SynthesisOverCap
 from homeai.speech.sentences import Sentences, speakable
 
 if TYPE_CHECKING:  # speech out is optional: piper is imported once a voice has loaded
@@ -38,6 +47,10 @@ NOT_LOADED = "text to speech is not loaded"
 MIN_SPEED, MAX_SPEED = 0.25, 4.0  # OpenAI's bounds for /v1/audio/speech
 PRIORITIES = {"voice": 0, "chat": 1}  # every other lane is background: 2
 FIRST_CLAUSE = 24  # an answer's first clause this long is spoken before its sentence ends (`Sentences`)
+# What no synthesiser takes: C0 and C1 controls but tab and line breaks (piper's C side ends a text at
+# a NUL and fails on it), and lone surrogates (UTF-8 cannot carry them).
+UNSAYABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+RETRY_TTS = {"Retry-After": "1"}
 
 
 def priority(lane: str) -> int:
@@ -76,12 +89,24 @@ class Speaking:
         if len(text) > max_chars:
             raise _invalid(f"'{text_param}' is {len(text)} characters long, over the {max_chars} taken "
                            "(tts.max_chars)", text_param)
+        self.check_text(text, text_param)
         if not any(ch.isalnum() for ch in speakable(text)):
             raise _invalid(f"'{text_param}' has nothing to say once markup and code are left out", text_param)
         name = self.voice(voice)
         if not MIN_SPEED <= speed <= MAX_SPEED:
             raise _invalid(f"speed must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}", "speed")
         return name
+
+    @staticmethod
+    def check_text(text: str, text_param: str = "input") -> None:
+        """A 400 `invalid_text` naming the field when `text` holds a character no synthesiser takes."""
+        found = UNSAYABLE.search(text)
+        if found is None:
+            return
+        ch = found.group()
+        what = "a lone surrogate" if "\ud800" <= ch <= "\udfff" else f"the control character U+{ord(ch):04X}"
+        raise ServiceError(400, f"'{text_param}' holds {what} at position {found.start()}, which a voice cannot "
+                           "say (tab and line breaks are taken)", code="invalid_text", param=text_param)
 
     def voice(self, voice: str | None) -> str:
         """The loaded voice named (None or "": the default), or a 400 naming "voice"."""
@@ -93,38 +118,47 @@ class Speaking:
     def sample_rate(self, voice: str | None = None) -> int:
         return self.model().sample_rate(voice)
 
-    async def speak(self, text: str, *, lane: str, voice: str | None = None, speed: float = 1.0,
+    async def speak(self, text: str, *, lane: str, member: str, voice: str | None = None, speed: float = 1.0,
                     first: bool = True) -> AsyncIterator[bytes]:
-        """The whole text, sentence by sentence, PCM16 frames as they come. `first=False`: the text
-        goes on an answer already being spoken (a Wyoming stream's later sentence): background is
-        not held for it."""
+        """The whole text, sentence by sentence, PCM16 frames as they come, in one of `member`'s
+        slots (`tts_busy` before any frame when there is none). `first=False`: the text goes on an
+        answer already being spoken (a Wyoming stream's later sentence): background is not held for it."""
         cutter = Sentences()
         sentences = cutter.feed(text) + cutter.flush()
-        spoken = self._sentences_spoken(_listed(sentences), lane, voice, speed, hold=first)
+        spoken = self._sentences_spoken(_listed(sentences), lane, member, voice, speed, hold=first)
         async with contextlib.aclosing(spoken) as frames:
             async for pcm in frames:
                 yield pcm
 
-    async def speak_stream(self, pieces: AsyncIterator[str], *, lane: str, voice: str | None = None,
+    async def speak_stream(self, pieces: AsyncIterator[str], *, lane: str, member: str, voice: str | None = None,
                            speed: float = 1.0) -> AsyncIterator[bytes]:
         """Text arriving (an answer's pieces): each sentence synthesised once it is whole (the first
-        clause once it is, `FIRST_CLAUSE`, so the first audio does not wait for a long sentence)."""
-        async with contextlib.aclosing(self._sentences_spoken(_cut(pieces), lane, voice, speed)) as frames:
+        clause once it is, `FIRST_CLAUSE`, so the first audio does not wait for a long sentence), all
+        in one of `member`'s slots, taken before the first piece is read."""
+        spoken = self._sentences_spoken(_cut(pieces), lane, member, voice, speed)
+        async with contextlib.aclosing(spoken) as frames:
             async for pcm in frames:
                 yield pcm
 
-    async def _sentences_spoken(self, sentences: AsyncIterator[str], lane: str, voice: str | None,
+    async def _sentences_spoken(self, sentences: AsyncIterator[str], lane: str, member: str, voice: str | None,
                                 speed: float, hold: bool = True) -> AsyncIterator[bytes]:
         tts = self.model()
+        try:
+            slot = tts.open(member, priority(lane))
+        except SynthesisBusy as e:
+            raise _busy(e) from None
         # A voice answer holds background from the start until its first sentence is synthesised:
         # while that sentence is still being written too, so its tokens come at an idle engine's
         # pace. The hold ends with the first sentence: later ones are made while it plays.
         hold_first = contextlib.ExitStack()
         if hold and lane == "voice":
             hold_first.enter_context(self._background_held())
-        with hold_first:
+        with slot, hold_first:
             async for sentence in sentences:
-                stream = _mapped(tts.stream(sentence, voice=voice, speed=speed, priority=priority(lane)))
+                sentence = UNSAYABLE.sub(" ", sentence)  # an answer's stray control character is not said
+                if not sentence.strip():
+                    continue
+                stream = _mapped(slot.stream(sentence, voice=voice, speed=speed))
                 async with contextlib.aclosing(stream):
                     async for pcm in stream:
                         yield pcm
@@ -160,9 +194,14 @@ async def _mapped(stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
     except KeyError as e:  # a voice not checked first
         raise _invalid(f"unknown voice {e.args[0]!r}", "voice") from None
     except SynthesisBusy as e:
-        raise ServiceError(503, str(e), code="tts_busy", headers={"Retry-After": "1"}) from None
+        raise _busy(e) from None
     except SpeechModelError as e:
         raise ServiceError(500, str(e), code="synthesis_failed") from None
+
+
+def _busy(e: SynthesisBusy) -> ServiceError:
+    """Over the member's own cap: 429, theirs to wait out; the pool full for their lane: 503, the box's."""
+    return ServiceError(429 if isinstance(e, SynthesisOverCap) else 503, str(e), code="tts_busy", headers=RETRY_TTS)
 
 
 def _invalid(message: str, param: str) -> ServiceError:

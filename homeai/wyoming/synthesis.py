@@ -11,20 +11,25 @@ A `synthesize` is spoken as one audio stream (what a client that does not stream
 stream is spoken a sentence at a time (`homeai.speech.sentences`), each its own audio-start..stop,
 as wyoming-piper does. Speech goes through the service's speaking (`homeai.service.speaking`) on
 the voice lane: the voice lane's priority on the synthesis pool, the background lanes held while
-it is synthesised, and with `wyoming.member` set, that member must be allowed the voice lane.
+it is synthesised, and with `wyoming.member` set, that member must be allowed the voice lane and
+its share of the pool is that member's (`tts.max_pending_per_member`, with the member's other
+clients); without it, Wyoming's clients share one of their own (`ANONYMOUS`).
 
 Texts are spoken in the order asked, one at a time, on a task of the connection's own, so the
 connection is still read meanwhile: a stream's text is cut into sentences while earlier ones are
 spoken, and a client that closes the connection stops its synthesis at the next chunk.
 
 A refused request gets an `error` event and is dropped; the connection goes on: no text, empty
-text or text over `tts.max_chars` (the field `text`), an unknown voice (`voice`), a chunk or a
-stop outside a stream; `tts_unavailable`, `model_loading` and `tts_busy` as the service says them.
+text, text over `tts.max_chars` or holding a control character or lone surrogate (the field
+`text`; in a stream's chunk, the rest of the stream is not spoken), an unknown voice (`voice`),
+a chunk or a stop outside a stream; `tts_unavailable`, `model_loading` and `tts_busy` (the
+member's cap, or the pool full) as the service says them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 
@@ -38,6 +43,7 @@ log = logging.getLogger("homeai.wyoming")
 VOICE_LANE = "voice"  # what Wyoming hears and speaks for: with `wyoming.member` set, that member must be allowed it
 SAMPLES_PER_CHUNK = 1024  # per audio-chunk, as wyoming-piper sends them
 TEXT = "text"  # the field a text error names
+ANONYMOUS = ""  # whom Wyoming's clients are shared as without `wyoming.member`: no member has an empty name
 _STOPPED = object()  # queued after a stream's last sentence: synthesize-stopped
 
 
@@ -58,6 +64,7 @@ class Synthesis:
     def __init__(self, runtime, send, lost):
         self.speaking = Speaking(runtime)
         self.max_chars = runtime.cfg.tts.max_chars
+        self.member = runtime.cfg.wyoming.member or ANONYMOUS  # whose share of the speech-out pool
         self.send, self.lost = send, lost
         self.stream: Stream | None = None
         self.queue: asyncio.Queue = asyncio.Queue()  # (text, voice, whole, first) to speak, or _STOPPED
@@ -103,6 +110,11 @@ class Synthesis:
             raise EventRefused("invalid_value", f"'{TEXT}' is over the {self.max_chars} characters taken "
                                "(tts.max_chars) once the stream's chunks are joined; the rest of the stream "
                                "is not spoken")
+        try:
+            self.speaking.check_text(text, TEXT)
+        except ServiceError as e:
+            stream.refused = True
+            raise EventRefused(e.code, f"{e.message}; the rest of the stream is not spoken") from None
         for sentence in stream.sentences.feed(text):
             self._queue_sentence(stream, sentence)
 
@@ -170,12 +182,14 @@ class Synthesis:
         started = False
         try:
             audio = {"rate": self.speaking.sample_rate(voice), "width": 2, "channels": 1}
-            async for pcm in self.speaking.speak(text, lane=VOICE_LANE, voice=voice, first=first):
-                if not started:
-                    await self.send(Event("audio-start", audio))
-                    started = True
-                for i in range(0, len(pcm), 2 * SAMPLES_PER_CHUNK):
-                    await self.send(Event("audio-chunk", audio, pcm[i:i + 2 * SAMPLES_PER_CHUNK]))
+            spoken = self.speaking.speak(text, lane=VOICE_LANE, member=self.member, voice=voice, first=first)
+            async with contextlib.aclosing(spoken):  # a connection lost gives the slot back at once
+                async for pcm in spoken:
+                    if not started:
+                        await self.send(Event("audio-start", audio))
+                        started = True
+                    for i in range(0, len(pcm), 2 * SAMPLES_PER_CHUNK):
+                        await self.send(Event("audio-chunk", audio, pcm[i:i + 2 * SAMPLES_PER_CHUNK]))
         except ServiceError as e:  # the pool full, the voices gone, piper failing on the text
             await self.send(Event("error", {"text": e.message, "code": e.code}))
         else:

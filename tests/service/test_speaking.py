@@ -91,7 +91,7 @@ def test_no_voice_says_why(tts):
 
 async def test_speak_is_heard_back(tts, stt):
     text = "**Dinner** is ready. Please come to the table!"
-    frames = [pcm async for pcm in Speaking(runtime(tts)).speak(text, lane="chat")]
+    frames = [pcm async for pcm in Speaking(runtime(tts)).speak(text, lane="chat", member="alice")]
     assert len(frames) == 2  # a sentence each
     share, heard = heard_share(stt, b"".join(frames), tts.sample_rate(), "dinner is ready please come to the table")
     assert share >= 0.7, heard
@@ -101,7 +101,7 @@ async def test_speak_stream_speaks_the_first_sentence_before_the_answer_ends(tts
     text = "The weather is fine today. Tomorrow it will rain in the afternoon, so take an umbrella with you."
     consumed: list[int] = []
     speaking = Speaking(runtime(tts))
-    frames = speaking.speak_stream(pieces_of(text, consumed), lane="voice")
+    frames = speaking.speak_stream(pieces_of(text, consumed), lane="voice", member="alice")
     first = await anext(frames)
     assert len(consumed) < len(text.split(" "))  # the rest of the answer has not even arrived
     rest = [pcm async for pcm in frames]
@@ -112,15 +112,16 @@ async def test_speak_stream_speaks_the_first_sentence_before_the_answer_ends(tts
 async def test_background_is_held_only_for_a_voice_answers_first_sentence(tts):
     text = "First sentence here. Second sentence here. Third one."
     rt = runtime(tts)
-    held_at_frames = [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice")]
+    held_at_frames = [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice", member="alice")]
     assert held_at_frames == [1, 0, 0] and rt.engine.num_held == 1 and rt.engine.holds == 0
     rt = runtime(tts)
-    assert [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="chat")] == [0, 0, 0]
+    assert [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="chat", member="alice")] == [0, 0, 0]
     assert rt.engine.num_held == 0
     rt = runtime(tts, pause_background=False)
-    assert [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice")] == [0, 0, 0]
+    assert [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice", member="alice")] == [0, 0, 0]
     rt = runtime(tts)  # a later sentence of an answer already being spoken (Wyoming's streams)
-    assert [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice", first=False)] == [0, 0, 0]
+    held_at_frames = [rt.engine.holds async for _ in Speaking(rt).speak(text, lane="voice", member="alice", first=False)]
+    assert held_at_frames == [0, 0, 0]
     assert rt.engine.num_held == 0
 
 
@@ -136,7 +137,7 @@ async def test_leaving_stops_the_synthesis_and_the_hold(tts, monkeypatch):
     monkeypatch.setattr(tts, "synthesize", counted)
     rt = runtime(tts)
     text = " ".join(f"Sentence {n} of many." for n in range(12))
-    async with contextlib.aclosing(Speaking(rt).speak(text, lane="voice")) as frames:
+    async with contextlib.aclosing(Speaking(rt).speak(text, lane="voice", member="alice")) as frames:
         async for _ in frames:
             break
     assert rt.engine.holds == 0
@@ -148,11 +149,55 @@ async def test_leaving_stops_the_synthesis_and_the_hold(tts, monkeypatch):
 
 
 async def test_a_full_pool_is_503_tts_busy(tts, monkeypatch):
-    monkeypatch.setattr(tts, "max_pending", 0)
+    monkeypatch.setattr(tts.admission, "max_pending", tts.admission.voice_reserve)  # room for voice alone
     with pytest.raises(ServiceError) as caught:
-        await anext(Speaking(runtime(tts)).speak("Hello.", lane="chat"))
+        await anext(Speaking(runtime(tts)).speak("Hello.", lane="chat", member="alice"))
     assert (caught.value.status, caught.value.code) == (503, "tts_busy")
-    assert caught.value.headers == {"Retry-After": "1"}
+    assert caught.value.headers == {"Retry-After": "1"} and "tts.max_pending" in caught.value.message
+    assert [pcm async for pcm in Speaking(runtime(tts)).speak("Hello.", lane="voice", member="alice")]
+    assert tts.num_pending == 0
+
+
+async def test_a_member_at_their_cap_is_429_tts_busy_naming_it(tts):
+    cap = tts.admission.max_pending_per_member
+    slots = [tts.open("alice", 1) for _ in range(cap)]
+    try:
+        for spoken in (Speaking(runtime(tts)).speak("Hello.", lane="chat", member="alice"),
+                       Speaking(runtime(tts)).speak_stream(pieces_of("Hello there.", []), lane="voice",
+                                                           member="alice")):
+            with pytest.raises(ServiceError) as caught:
+                await anext(spoken)
+            assert (caught.value.status, caught.value.code) == (429, "tts_busy")
+            assert f"tts.max_pending_per_member = {cap}" in caught.value.message
+            assert caught.value.headers == {"Retry-After": "1"}
+        assert [pcm async for pcm in Speaking(runtime(tts)).speak("Hello.", lane="chat", member="bob")]
+    finally:
+        for slot in slots:
+            slot.close()
+    assert tts.num_pending == 0
+
+
+async def test_an_answers_control_characters_are_left_out_not_said(tts, stt):
+    """Text a client sends is refused for them (`check_text`); an answer's own is not the listener's doing."""
+    consumed: list[int] = []
+    text = "The garage\x00 door is\x1b closed now."
+    frames = [pcm async for pcm in Speaking(runtime(tts)).speak_stream(pieces_of(text, consumed), lane="voice",
+                                                                         member="alice")]
+    share, heard = heard_share(stt, b"".join(frames), tts.sample_rate(), "the garage door is closed now")
+    assert share >= 0.7, heard
+
+
+@pytest.mark.parametrize("text, what", [("Hello\x00 there.", "U+0000"), ("Bell\x07.", "U+0007"),
+                                        ("Esc\x1b[0m.", "U+001B"), ("C1\x85 next.", "U+0085"),
+                                        ("Half \ud83d a face.", "lone surrogate")])
+def test_text_no_synthesiser_takes_is_400_naming_the_field(tts, text, what):
+    speaking = Speaking(runtime(tts))
+    for param in ("input", "text"):
+        with pytest.raises(ServiceError) as caught:
+            speaking.check(text, None, 1.0, text_param=param)
+        assert (caught.value.status, caught.value.code, caught.value.param) == (400, "invalid_text", param)
+        assert what in caught.value.message and f"'{param}'" in caught.value.message
+    assert speaking.check("Tabs\tand\nline\r\nbreaks are fine.", None, 1.0) == tts.default_voice
 
 
 async def test_a_voice_answer_holds_background_while_its_first_sentence_is_still_written(tts):
@@ -164,6 +209,6 @@ async def test_a_voice_answer_holds_background_while_its_first_sentence_is_still
             holds_while_written.append(rt.engine.holds)
             yield word + " "
 
-    held_at_frames = [rt.engine.holds async for _ in Speaking(rt).speak_stream(answer(), lane="voice")]
+    held_at_frames = [rt.engine.holds async for _ in Speaking(rt).speak_stream(answer(), lane="voice", member="alice")]
     assert holds_while_written[:6] == [1] * 6  # the first sentence's words come while background is held
     assert held_at_frames[0] == 1 and held_at_frames[-1] == 0 and rt.engine.holds == 0 and rt.engine.num_held == 1

@@ -1,5 +1,5 @@
 """Text to speech with the real piper voice: heard back by faster-whisper, the pool's priority order,
-a left stream stopping, a full pool refusing.
+members taking turns, a left stream stopping, a member over their cap and a full pool refusing.
 
 Run: .venv/bin/python -m pytest tests/speech/test_tts.py
 """
@@ -13,7 +13,7 @@ import pytest
 
 from homeai.config import Config, TtsConfig
 from homeai.doctor import _tts_voice
-from homeai.speech.base import SpeechModelError, SynthesisBusy, embedded_voice, tts_libraries_missing
+from homeai.speech.base import SpeechModelError, SynthesisBusy, SynthesisOverCap, embedded_voice, tts_libraries_missing
 from homeai.speech.tts import PRIORITY_BACKGROUND, PRIORITY_CHAT, PRIORITY_VOICE, TextToSpeech
 from tests.conftest import heard_share
 
@@ -90,7 +90,8 @@ def test_speed_changes_the_length(tts):
 
 @pytest.mark.anyio
 async def test_a_stream_gives_a_chunk_per_sentence_heard_back(tts, stt):
-    chunks = await collect(tts.stream("Good morning. It is sunny today. Take a hat.", priority=PRIORITY_CHAT))
+    chunks = await collect(tts.stream("Good morning. It is sunny today. Take a hat.", member="alice",
+                                      priority=PRIORITY_CHAT))
     assert len(chunks) == 3
     share, heard = heard_share(stt, b"".join(chunks), tts.sample_rate(), "good morning it is sunny today take a hat")
     assert share >= 0.7, heard
@@ -100,7 +101,7 @@ async def test_a_stream_gives_a_chunk_per_sentence_heard_back(tts, stt):
 @pytest.mark.anyio
 async def test_an_unknown_voice_is_refused_before_queueing(tts):
     with pytest.raises(KeyError):
-        await collect(tts.stream("Hello.", voice="nobody"))
+        await collect(tts.stream("Hello.", member="alice", voice="nobody"))
     assert tts.num_pending == 0
 
 
@@ -108,13 +109,13 @@ async def test_an_unknown_voice_is_refused_before_queueing(tts):
 
 @pytest.mark.anyio
 async def test_waiting_work_is_taken_by_priority_then_arrival(tts):
-    """One worker: a long background read-aloud is running; chat, then voice, then another chat
-    arrive. Each next chunk goes to the most urgent: voice, then the chats in order, then background."""
+    """One worker, one member: a long background read-aloud is running; chat, then voice, then another
+    chat arrive. Each next chunk goes to the most urgent: voice, then the chats in order, then background."""
     assert tts.cfg.workers == 1
     order: list[str] = []
 
     async def consume(name: str, text: str, priority: int, started: asyncio.Event | None = None):
-        async for _ in tts.stream(text, priority=priority):
+        async for _ in tts.stream(text, member="alice", priority=priority):
             order.append(name)
             if started is not None:
                 started.set()
@@ -145,7 +146,7 @@ async def test_a_stream_left_stops_at_the_next_chunk(tts, monkeypatch):
             yield chunk
 
     monkeypatch.setattr(tts, "synthesize", counted)
-    async with contextlib.aclosing(tts.stream(LONG, priority=PRIORITY_CHAT)) as stream:
+    async with contextlib.aclosing(tts.stream(LONG, member="alice", priority=PRIORITY_CHAT)) as stream:
         async for _ in stream:
             break  # the listener leaves after the first sentence
     assert await idle(tts)
@@ -166,7 +167,7 @@ async def test_a_cancelled_listener_stops_its_synthesis(tts, monkeypatch):
     first = asyncio.Event()
 
     async def listen():
-        async for _ in tts.stream(LONG, priority=PRIORITY_VOICE):
+        async for _ in tts.stream(LONG, member="alice", priority=PRIORITY_VOICE):
             first.set()
 
     task = asyncio.create_task(listen())
@@ -179,14 +180,66 @@ async def test_a_cancelled_listener_stops_its_synthesis(tts, monkeypatch):
 
 
 @pytest.mark.anyio
-async def test_a_full_pool_is_busy_and_frees_itself(tts):
-    text = "First sentence here. Second sentence here."
-    streams = [tts.stream(text, priority=PRIORITY_BACKGROUND) for _ in range(tts.max_pending + 1)]
-    results = await asyncio.gather(*(anext(s) for s in streams), return_exceptions=True)
-    busy = [r for r in results if isinstance(r, SynthesisBusy)]
-    assert len(busy) == 1 and "busy" in str(busy[0])
-    assert all(isinstance(r, bytes) for r in results if r is not busy[0])
-    for stream in streams:
-        await stream.aclose()
+async def test_members_take_turns_on_the_worker(tts):
+    """One worker: alice's four long read-alouds are under way when bob asks for three sentences.
+    His are made turn about with hers (in arrival order they would wait for her forty)."""
+    order: list[str] = []
+    started = asyncio.Event()
+
+    async def consume(name: str, member: str, text: str):
+        async for _ in tts.stream(text, member=member, priority=PRIORITY_CHAT):
+            order.append(name)
+            started.set()
+
+    alice = [asyncio.create_task(consume("alice", "alice", LONG)) for _ in range(4)]
+    await started.wait()
+    bob_from = len(order)
+    await consume("bob", "bob", "This is sentence number one of bob. This is sentence number two of bob. "
+                                "This is sentence number three of bob.")
+    for task in alice:
+        task.cancel()
+    await asyncio.gather(*alice, return_exceptions=True)
     assert await idle(tts)
-    assert await collect(tts.stream("Free again.", priority=PRIORITY_CHAT))  # it takes work again
+    assert order.count("bob") == 3
+    bob_done = len(order) - order[::-1].index("bob")  # chunks made when his last came
+    # Each of his waits at most for the chunk under way and a turn of hers: not her backlog of forty.
+    assert bob_done - bob_from <= 3 * 2 + 2, order
+
+
+@pytest.mark.anyio
+async def test_a_member_over_their_cap_is_refused_and_others_are_not(tts):
+    cap = tts.admission.max_pending_per_member
+    slots = [tts.open("alice", PRIORITY_CHAT) for _ in range(cap)]
+    try:
+        with pytest.raises(SynthesisOverCap, match=f"tts.max_pending_per_member = {cap}"):
+            await collect(tts.stream("One more.", member="alice", priority=PRIORITY_CHAT))
+        assert tts.pending_of("alice") == cap
+        assert await collect(tts.stream("Bob is still heard.", member="bob", priority=PRIORITY_CHAT))
+        assert await collect(tts.stream("Carol too.", member="carol", priority=PRIORITY_VOICE))
+    finally:
+        for slot in slots:
+            slot.close()
+    assert tts.num_pending == 0
+    assert await collect(tts.stream("Alice again.", member="alice", priority=PRIORITY_CHAT))
+
+
+@pytest.mark.anyio
+async def test_a_full_pool_is_busy_keeps_voices_room_and_frees_itself(tts):
+    admission = tts.admission
+    room = admission.max_pending - admission.voice_reserve
+    slots = [tts.open(f"member{i}", PRIORITY_BACKGROUND) for i in range(room)]
+    try:
+        with pytest.raises(SynthesisBusy) as caught:
+            await collect(tts.stream("No room.", member="newcomer", priority=PRIORITY_CHAT))
+        assert not isinstance(caught.value, SynthesisOverCap) and "busy" in str(caught.value)
+        voiced = [tts.open(f"voice{i}", PRIORITY_VOICE) for i in range(admission.voice_reserve - 1)]
+        slots.extend(voiced)
+        assert await collect(tts.stream("The last voice slot.", member="carol", priority=PRIORITY_VOICE))
+        slots.append(tts.open("carol", PRIORITY_VOICE))
+        with pytest.raises(SynthesisBusy):
+            tts.open("dave", PRIORITY_VOICE)
+    finally:
+        for slot in slots:
+            slot.close()
+    assert tts.num_pending == 0
+    assert await collect(tts.stream("Free again.", member="newcomer", priority=PRIORITY_CHAT))  # it takes work again

@@ -23,11 +23,12 @@ RATE = 22050
 
 
 class Session:
-    """What SpokenAnswer needs of a VoiceSession: `send` (events and frames) and `gone`."""
+    """What SpokenAnswer needs of a VoiceSession: `send` (events and frames), `gone` and its `caller`."""
 
     def __init__(self):
         self.sent: list = []
         self.gone = False
+        self.caller = SimpleNamespace(key="carol")
 
     async def send(self, item) -> None:
         if not self.gone:
@@ -43,22 +44,34 @@ class Session:
 class Tts:
     """A stand-in for the loaded voice (homeai.speech.tts.TextToSpeech): each sentence is
     `seconds_per_char` of audio a character, in one chunk; with `forever`, a second more each
-    10 ms until left; `fail` raises as the pool would."""
+    10 ms until left; `fail` raises as the pool would when a slot is asked for."""
 
     def __init__(self, *, seconds_per_char: float = 0.05, forever: bool = False, fail: Exception | None = None):
         self.seconds_per_char, self.forever, self.fail = seconds_per_char, forever, fail
         self.said: list[str] = []
         self.closed = False
+        self.slots_open = 0
         self.voices = {"en_US-joe-medium": object()}
         self.default_voice = "en_US-joe-medium"
 
     def sample_rate(self, voice=None) -> int:
         return RATE
 
-    async def stream(self, text: str, *, voice=None, speed: float = 1.0, priority: int = 2):
-        assert voice == "en_US-joe-medium" and priority == 0  # the voice lane's
+    def open(self, member: str, priority: int = 2):
+        assert member == "carol" and priority == 0  # the session's member, on the voice lane
         if self.fail is not None:
             raise self.fail
+        self.slots_open += 1
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.slots_open -= 1
+
+    async def stream(self, text: str, *, voice=None, speed: float = 1.0):
+        assert voice == "en_US-joe-medium"
         self.said.append(text)
         try:
             yield bytes(2 * round(RATE * self.seconds_per_char * len(text)))
@@ -108,7 +121,7 @@ async def test_stop_sends_no_frame_after_it_and_closes_synthesis():
     await audio.stop()
     count = len(session.frames())
     await asyncio.sleep(0.1)
-    assert len(session.frames()) == count and tts.closed
+    assert len(session.frames()) == count and tts.closed and tts.slots_open == 0  # the slot given back
     await audio.close()
     assert session.events() == ["response.audio.start", "response.audio.done"]
     await audio.close()  # once only
@@ -125,7 +138,7 @@ async def test_a_client_that_leaves_stops_synthesis():
         await asyncio.sleep(0.01)
     session.gone = True
     await asyncio.wait_for(audio.task, 5)
-    assert tts.closed
+    assert tts.closed and tts.slots_open == 0
 
 
 @pytest.mark.anyio
