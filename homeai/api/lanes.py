@@ -5,10 +5,14 @@ served by a remote server also shows `remote`: its URL, requests waiting here an
 there, failures, fallbacks.
 
 An admin sees every figure. Another member sees nothing that counts the tokens of other
-members' prompts, since the changes between two polls would give them away: each lane's
-`prompt_cache` is the caller's own requests', and the KV cells are rounded to `COARSE_CELLS`.
-Queues, running sequences and latencies say how busy the box is, as any member's own
-requests would show it, and stay.
+members' prompts or answers, since the changes between two polls would give them away: each
+lane's `prompt_cache` is the caller's own requests', the KV cells are rounded to `COARSE_CELLS`
+(a cache's cells move by a whole prompt and answer at once, not a token at a time), and
+`ADMIN_ONLY` is left out: the engine's `steps` (once a decode step: an answer alone on the box
+moves it by its tokens + 1 or 2), each lane's `typical_output_tokens` (learnt from the lengths
+of the latest answers) and each cache's `entries` (one more per finished generation kept).
+Queues, running sequences, finished requests and latency percentiles say how busy the box is,
+as any member's own requests would show it, and stay (`api/prometheus.py` keeps the same rule).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ router = APIRouter(prefix="/api", tags=["lanes"])
 
 COARSE_CELLS = 256  # a non-admin's KV cell counts, rounded to this: no single prompt's length shows
 CELL_KEYS = ("cells_used", "cells_cached")
+ADMIN_ONLY = ("steps", "typical_output_tokens", "entries")  # left out of a non-admin's view
 
 
 @router.get("/lanes")
@@ -42,8 +47,9 @@ def lanes_view(state: EngineState, caller: Caller | None = None) -> dict:
     caches = {name: _coarse(asdict(c), member) for name, c in state.caches.items()}
     kv = _coarse({key: state.total(key) for key in caches["main"]}, member)  # totals over the caches
     kv["caches"] = caches
-    return {"lanes": {name: _lane(lane, member) for name, lane in state.lanes.items()}, "kv": kv,
+    view = {"lanes": {name: _lane(lane, member) for name, lane in state.lanes.items()}, "kv": kv,
             "steps": state.steps, "step_cost_ms": state.step_cost_ms}
+    return view if member is None else _members_view(view)
 
 
 def _lane(lane: LaneState, member: str | None) -> dict:
@@ -53,6 +59,13 @@ def _lane(lane: LaneState, member: str | None) -> dict:
             "typical_output_tokens": lane.typical_output_tokens, "reading_pace_ms": lane.reading_pace_ms,
             "finished": lane.finished, "ttft_ms": asdict(lane.ttft_ms), "itl_ms": asdict(lane.itl_ms),
             "prompt_cache": {**asdict(cache), "hit_rate": round(cache.hit_rate, 4)}}
+
+
+def _members_view(view: dict) -> dict:
+    """`view` without the `ADMIN_ONLY` keys, at any depth."""
+    if isinstance(view, dict):
+        return {k: _members_view(v) for k, v in view.items() if k not in ADMIN_ONLY}
+    return view
 
 
 def _coarse(cells: dict, member: str | None) -> dict:

@@ -3,8 +3,20 @@
 Histograms and counters are fed by `engine.on_finish` (`Metrics.observe`, in the engine
 thread: label children are made once, so an observation is a lock and a bucket search).
 Gauges, and the rejection counter the engine keeps, are read from `engine.state()` at
-scrape time. Every per-lane series carries the label `lane`. `render` leaves out the families
-that count tokens (`counts_tokens`) for a scrape that is not an admin's.
+scrape time. Every per-lane series carries the label `lane`; none carries a member.
+
+What a scrape that is not an admin's gets (`render(admin=False)`, `admin_only`): only families
+whose change across one request says that a request happened, which the queue and running
+gauges show anyway. Left out are the families that count tokens (`TOKEN_COUNT_FAMILIES`, the
+prompt cache's: a prompt's length, issue 26) and those that move once per token
+(`PER_TOKEN_FAMILIES`, issue 55): the ITL histogram observes each output token after the first
+(its count moved by an answer's `completion_tokens - 1`), and the engine's step counter moves
+once a decode step (an answer alone on the box: its tokens + 1 or 2). Counting them in coarse
+buckets would not do: a member who knows where the count stands (an idle box, their own
+requests) sees it cross a bucket's edge. What stays is per request: requests by outcome,
+queue, TTFT and end-to-end times (one observation each), preemptions, rejections, queue depth,
+running sequences. Times do say roughly how long an answer ran, as polling the running gauge
+would; they give no count.
 
 No FastAPI here: the runtime builds the registry, the route (`api/metrics.py`) checks who asks.
 """
@@ -69,27 +81,28 @@ class Metrics:
         if stats.preemptions:
             m["preempt"].inc(stats.preemptions)
 
-    def render(self, *, token_counts: bool = True) -> bytes:
-        """The exposition; without the families that count tokens unless `token_counts`."""
-        return generate_latest(self.registry if token_counts else _WithoutTokenCounts(self.registry))
+    def render(self, *, admin: bool = True) -> bytes:
+        """The exposition; without the families that tell token counts (`admin_only`) unless `admin`."""
+        return generate_latest(self.registry if admin else _MembersView(self.registry))
 
 
 TOKEN_COUNT_FAMILIES = ("homeai_prompt_tokens", "homeai_output_tokens", "homeai_kv_cells_used", "homeai_kv_cells_free")
+PER_TOKEN_FAMILIES = ("homeai_itl_seconds", "homeai_engine_steps")  # observed once a token, or a step
 
 
-def counts_tokens(family: str) -> bool:
-    """Whether a metric family counts tokens (an admin's: `Metrics.render`)."""
-    return family in TOKEN_COUNT_FAMILIES or family.startswith("homeai_prompt_cache_")
+def admin_only(family: str) -> bool:
+    """Whether a metric family tells a request's token count (an admin's: `Metrics.render`)."""
+    return family in TOKEN_COUNT_FAMILIES or family in PER_TOKEN_FAMILIES or family.startswith("homeai_prompt_cache_")
 
 
-class _WithoutTokenCounts:
-    """A registry's families other than those that count tokens (what `generate_latest` reads)."""
+class _MembersView:
+    """A registry's families other than the admin's (what `generate_latest` reads)."""
 
     def __init__(self, registry: CollectorRegistry):
         self.registry = registry
 
     def collect(self) -> Iterable[Metric]:
-        return (family for family in self.registry.collect() if not counts_tokens(family.name))
+        return (family for family in self.registry.collect() if not admin_only(family.name))
 
 
 class SnapshotCollector:
