@@ -11,7 +11,7 @@
     homeai bench grammar [--seqs 1,8] [--tokens 64] [--reps 3]
     homeai bench voice [--n 10] [--out bench-out] [--quick]
     homeai bench http --peer URL [--url URL] [--quick]
-    homeai bench members [--samples 20] [--streams 30] [--quick] [--out bench-out]
+    homeai bench members [--samples 20] [--streams 30] [--carol-turns 10] [--trickle 1000] [--quick] [--out bench-out]
 
 The config file comes from --config, else $HOMEAI_CONFIG, else the built-in defaults.
 """
@@ -139,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     members_bench.add_argument("--samples", type=int, default=20, help="the member's chats per phase")
     members_bench.add_argument("--streams", type=int, default=30, help="the other member's streams in flight")
     members_bench.add_argument("--stream-tokens", type=int, default=300, help="tokens of each of those streams")
+    members_bench.add_argument("--carol-turns", type=int, default=10, help="the speaking member's spoken turns per phase")
+    members_bench.add_argument("--trickle", type=int, default=1000, help="the guest's sockets trickling a body")
     members_bench.add_argument("--seed", type=int, default=0)
     members_bench.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     members_bench.add_argument("--out", default="bench-out", help="folder for members.json and members.md")

@@ -1,29 +1,49 @@
 """`homeai bench members`: one member's chat beside another member's flood, over HTTP.
 
-Run: `homeai bench members [--samples 20] [--streams 30] [--stream-tokens 300] [--seed 0] [--out bench-out]`.
-Starts the daemon in-process on a free loopback port (the configured model, a throwaway database,
-auth on) and adds three members: bob, who chats; alice, who may use the chat and voice lanes; and
-carol, who may not use voice. In each phase bob sends `samples` short streamed chats to
+Run: `homeai bench members [--samples 20] [--streams 30] [--stream-tokens 300] [--carol-turns 10]
+[--trickle 1000] [--seed 0] [--out bench-out]`.
+Starts the daemon in-process on a free loopback port (the configured model, speech model and
+voice, a throwaway database, auth on, uvicorn set up as `homeai serve` sets it up) and adds four
+members: bob, who chats; alice, who may use every lane; carol, who speaks (voice and chat); and
+dave, who may not use voice. In each phase bob sends `samples` short streamed chats to
 `/v1/chat/completions` one after another (a seeded question, a think pause between them), timed
-from sending to the first content chunk, while another member does one thing:
+from sending to the first content chunk, and carol asks `carol_turns` spoken questions over
+`/v1/voice` with `"speak": true` (answers of at most `carol_tokens` tokens), timed from
+`audio.end` to the first audio frame (`members_loads.carol_turns`), while another member does one
+thing:
 
 * idle: nothing (the baseline every ratio is taken against, measured in the same run);
-* voice refused: carol's flood (as below) on the voice lane, which she may not use: every request
+* voice refused: dave's flood (as below) on the voice lane, which he may not use: every request
   should be a 403 (a refused sender tries again after `retry_s`, as a client backing off would);
 * refused grammar: alice sends `response_format` json_schemas too large to build (an enum of
   50,000 strings, `maxItems` 100000) from `grammar_senders` senders, each again `grammar_pause_s`
   after its refusal; they should be 400s before they reach the engine;
+* nested pattern (issue 55): alice's `response_format` with issue 55's nested-quantifier pattern
+  behind a leading `const` property, asking for ~70 tokens, from `grammar_senders` senders, again
+  and again (`members_loads.nested_pattern_body`);
+* slow grammars (issue 55): `slow_grammars` of alice's grammars at once, each new, each taking the
+  whole `[grammar] build_timeout_s` to be checked (`members_loads.slow_grammar_body`);
+* speech streams (issue 55): `speech_streams` of alice's `/v1/audio/speech` streams on the chat
+  lane, read slowly (`speech_read_pause_s` between chunks: held open);
+* trickled bodies (issue 55): a guest (no token) with `trickle_sockets` raw connections, each a
+  whole head then a byte of body every `trickle_interval_s` (`members_loads.trickle`);
 * chat flood: alice keeps `streams` streams of `stream_tokens` tokens in flight on the chat lane
   (each asks for a long story, sampled, so it runs to `max_tokens`; a finished one is sent again);
 * voice flood: the same with `X-HomeAI-Lane: voice`, a lane alice may use;
 * idle again: nothing (how far the machine drifted over the run, the floods' cached prefixes kept).
 
+The issue 55 phases' requests may be refused or served, as the daemon decides (their statuses
+are reported, not judged); what is judged is bob's and carol's time beside them.
+
 Bob's chat gets `timeout_s` for its answer and his phase `phase_max_s` (past it, the chats not yet
 sent count as unanswered). Between phases the flooder's requests are cancelled and the engine
-drains. Targets (issue 26):
-beside a flood, bob's TTFT p95 <= 1 s and <= 3x idle p95; beside refused requests, every one
-refused as expected and no change beyond noise (p50 and p95 within `NO_CHANGE`x idle). Writes
-`members.json` and `members.md` under `--out`.
+drains. Targets (issues 26 and 55):
+beside a flood or an issue 55 load, bob's TTFT p95 and carol's first audio p95 each <= 1 s and
+<= 3x their idle p95; beside refused requests, every one refused as expected and no change
+beyond noise for bob (p50 and p95 within `NO_CHANGE`x idle), carol's as beside a flood
+(`members_report`). Writes `members.json` and `members.md` under `--out`. Without a speech model
+or voice, carol's turns are left out (the report says why) and only bob is judged. Each member,
+and the guest, connects from a loopback address of their own (`ADDRESSES`).
 """
 
 from __future__ import annotations
@@ -40,13 +60,12 @@ from pathlib import Path
 
 import httpx
 
+from homeai.bench import members_loads as loads
 from homeai.bench.assistant_bench import _serving, _wait_loaded
+from homeai.bench.members_report import build_report, verdict, write  # noqa: F401 (verdict: the tests')
 from homeai.config import AuthConfig, Config, DatabaseConfig, WyomingConfig
 from homeai.engine.stats import percentile
 
-TARGET_P95_MS = 1000.0  # beside a flood: bob's TTFT p95 at most this...
-TARGET_FLOOD_RATIO = 3.0  # ...and at most this many times his idle p95
-NO_CHANGE = 1.5  # beside refused requests: p50 and p95 within this many times idle (this CPU's noise)
 DRAIN_S = 120.0  # longest wait for the engine to finish a phase's leftovers
 QUESTIONS = ["What should I cook tonight?", "How long do eggs take to boil?", "Is it warm enough for a walk?",
              "What is a good name for a cat?", "How do I descale a kettle?", "When should I water the tomatoes?",
@@ -64,35 +83,53 @@ class Shape:
     grammar_senders: int = 2  # requests with a refused grammar in flight at once
     retry_s: float = 5.0  # a sender refused a lane sends again after this pause (30 senders: 6 a second)
     grammar_pause_s: float = 0.5  # a grammar sender sends again this long after its refusal
-    timeout_s: float = 60.0  # bob's longest wait for an answer; longer counts as unanswered
+    timeout_s: float = 60.0  # bob's (and each of carol's turns') longest wait; longer counts as unanswered
     phase_max_s: float = 240.0  # bob's chats of a phase not sent by then count as unanswered
+    carol_turns: int = 10  # carol's spoken questions a phase
+    carol_tokens: int = 32  # the voice lane's answer length (its max_tokens): her turns end soon
+    slow_grammars: int = 8  # alice's slow grammars at once
+    speech_streams: int = 8  # alice's /v1/audio/speech streams held open
+    speech_read_pause_s: float = 1.0  # between two chunks of a speech stream read
+    trickle_sockets: int = 1000  # the guest's connections trickling a body
+    trickle_interval_s: float = 3.0  # between two bytes of a trickled body
     seed: int = 0
 
 
-QUICK = Shape(samples=2, bob_tokens=4, streams=2, stream_tokens=16, grammar_senders=1, retry_s=1.0)
+QUICK = Shape(samples=2, bob_tokens=4, streams=2, stream_tokens=16, grammar_senders=1, retry_s=1.0,
+              carol_turns=1, carol_tokens=8, slow_grammars=2, speech_streams=2, trickle_sockets=20,
+              trickle_interval_s=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
     name: str
-    load: str  # "none", "streams" or "grammar"
-    flooder: str | None = None
+    load: str  # "none", "streams", "grammar", or issue 55's "pattern", "slow grammar", "speech", "trickle"
+    flooder: str | None = None  # "guest": no token
     lane: str | None = None  # the flooder's X-HomeAI-Lane
-    expect: int = 200  # the status the flooder's requests should get
+    expect: int | None = 200  # the status the flooder's requests should get (None: any, reported)
 
 
 # The refused phases come right after idle: a flood leaves its prefixes in the prompt cache, whose
 # cells later steps attend over (bob's idle TTFT after the floods is up to 1.5x), so "no change"
 # is judged in the state the idle baseline was measured in; "idle again" shows the floods' residue.
 PHASES = (Phase("idle", "none"),
-          Phase("voice refused", "streams", "carol", "voice", expect=403),
+          Phase("voice refused", "streams", "dave", "voice", expect=403),
           Phase("refused grammar", "grammar", "alice", expect=400),
+          Phase("nested pattern", "pattern", "alice", expect=None),
+          Phase("slow grammars", "slow grammar", "alice", expect=None),
+          Phase("speech streams", "speech", "alice", "chat", expect=None),
+          Phase("trickled bodies", "trickle", "guest", expect=None),
           Phase("chat flood", "streams", "alice", "chat"),
           Phase("voice flood", "streams", "alice", "voice"),
           Phase("idle again", "none"))
 
-# Lanes each member may use (bob and carol: the defaults, which leave voice out).
-MEMBER_LANES = {"bob": None, "alice": ("chat", "voice", "summaries", "embeddings", "indexing"), "carol": None}
+# Lanes each member may use (bob and dave: the defaults, which leave voice out).
+EVERY_LANE = ("chat", "voice", "summaries", "embeddings", "indexing")
+MEMBER_LANES = {"bob": None, "alice": EVERY_LANE, "carol": EVERY_LANE, "dave": None}
+# Each member (and the guest) connects from a loopback address of their own, as from their own
+# device on the LAN: the daemon's per-address connection caps count each apart (Linux routes all
+# of 127.0.0.0/8 to lo).
+ADDRESSES = {"bob": "127.0.0.1", "alice": "127.0.0.2", "carol": "127.0.0.3", "dave": "127.0.0.4", "guest": "127.0.0.5"}
 
 
 def main(cfg: Config, args) -> int:
@@ -100,7 +137,8 @@ def main(cfg: Config, args) -> int:
     import sys
 
     shape = dataclasses.replace(QUICK, seed=args.seed) if args.quick else Shape(
-        samples=args.samples, streams=args.streams, stream_tokens=args.stream_tokens, seed=args.seed)
+        samples=args.samples, streams=args.streams, stream_tokens=args.stream_tokens, carol_turns=args.carol_turns,
+        trickle_sockets=args.trickle, seed=args.seed)
     run(cfg, shape=shape, out=Path(args.out), command=" ".join(["homeai", *sys.argv[1:]]))
     return 0
 
@@ -190,18 +228,21 @@ def grammar_body(kind: int) -> bytes:
 class Flood:
     """One member's requests of a phase, kept in flight until `stop()`; what came back counted."""
 
-    def __init__(self, client: httpx.AsyncClient, phase: Phase, shape: Shape):
-        self.client, self.phase, self.shape = client, phase, shape
+    def __init__(self, client: httpx.AsyncClient | None, phase: Phase, shape: Shape, url: str = ""):
+        self.client, self.phase, self.shape, self.url = client, phase, shape, httpx.URL(url)
         self.rng = random.Random(f"{shape.seed}:{phase.name}:flood")
         self.statuses: collections.Counter = collections.Counter()
         self.heard: set[int] = set()  # senders whose first request has its status
         self.chunks = self.finished_streams = self.finished_tokens = self.transport_errors = 0  # tokens: usage
+        self.slow_grammars = 0  # slow grammars sent: each the next one
         self.errors: list[str] = []  # what the refusals said, each different message once (at most 3)
         self.tasks: list[asyncio.Task] = []
         self.started_at = self.stopped_at = 0.0
 
     def start(self) -> None:
-        n = self.shape.streams if self.phase.load == "streams" else self.shape.grammar_senders
+        n = {"streams": self.shape.streams, "slow grammar": self.shape.slow_grammars,
+             "speech": self.shape.speech_streams, "trickle": self.shape.trickle_sockets,
+             }.get(self.phase.load, self.shape.grammar_senders)
         self.started_at = time.perf_counter()
         self.tasks = [asyncio.create_task(self._sender(i)) for i in range(n)]
 
@@ -225,7 +266,7 @@ class Flood:
         n = 0
         while True:
             try:
-                answer = await (self._grammar(i, (i + n) % 2) if self.phase.load == "grammar" else self._stream(i))
+                answer = await self._send(i, n)
             except httpx.HTTPError as e:  # the daemon closed the connection: counted, tried again
                 self.transport_errors += 1
                 self.heard.add(i)
@@ -234,10 +275,33 @@ class Flood:
             if answer.status != 200:
                 if answer.error and answer.error not in self.errors and len(self.errors) < 3:
                     self.errors.append(answer.error)
-                await asyncio.sleep(self.shape.grammar_pause_s if self.phase.load == "grammar" else self.shape.retry_s)
+                grammar = self.phase.load in ("grammar", "pattern", "slow grammar")
+                await asyncio.sleep(self.shape.grammar_pause_s if grammar else self.shape.retry_s)
             elif self.phase.load == "streams":
                 self.finished_streams += 1
                 self.finished_tokens += answer.tokens or 0
+
+    async def _send(self, i: int, n: int) -> Answer:
+        """The sender's `n`th request of the phase's load."""
+        load = self.phase.load
+        if load == "grammar":
+            return await self._grammar(i, (i + n) % 2)
+        if load == "streams":
+            return await self._stream(i)
+        if load == "trickle":
+            outcome = await loads.trickle(self.url.host, self.url.port, ADDRESSES["guest"],
+                                          self.shape.trickle_interval_s, lambda: self.heard.add(i))
+            self._status(i, outcome.status)
+        elif load == "speech":
+            outcome = await loads.speech_stream(self.client, self.shape.speech_read_pause_s,
+                                                lambda status: self._status(i, status), self._chunk)
+        else:  # "pattern", "slow grammar"
+            if load == "slow grammar":
+                self.slow_grammars += 1
+            body = loads.nested_pattern_body() if load == "pattern" else loads.slow_grammar_body(self.slow_grammars)
+            outcome = await loads.post_json(self.client, body)
+            self._status(i, outcome.status)
+        return Answer(outcome.status if isinstance(outcome.status, int) else None, error=outcome.error)
 
     def _status(self, i: int, status: int | None) -> None:
         self.statuses[status] += 1
@@ -266,7 +330,8 @@ class Flood:
                 "finished_streams": self.finished_streams,
                 "tokens_per_finished_stream": round(self.finished_tokens / self.finished_streams, 1)
                 if self.finished_streams else None,
-                "tokens_per_s": round(self.chunks / seconds, 1), "seconds": round(seconds, 1),
+                "tokens_per_s": round(self.chunks / seconds, 1) if self.phase.load == "streams" else None,
+                "seconds": round(seconds, 1),
                 "errors": self.errors}
 
 
@@ -302,64 +367,86 @@ async def bob_phase(client: httpx.AsyncClient, phase: Phase, shape: Shape) -> li
     return samples
 
 
-async def run_phases(url: str, tokens: dict[str, str], shape: Shape, drained, progress) -> tuple[list, dict]:
-    """Every phase in turn: bob's samples and each flood's summary."""
+async def carol_phase(url: str, token: str, phase: Phase, shape: Shape, spoken) -> list[loads.Turn]:
+    """Carol's spoken turns of a phase (none without speech: `spoken` None)."""
+    if not spoken:
+        return []
+    try:
+        return await loads.carol_turns(url, token, phase.name, spoken, shape.seed, shape.timeout_s, ADDRESSES["carol"])
+    except (OSError, ValueError, RuntimeError) as e:  # the socket refused or dropped: her turns unanswered
+        return [loads.Turn(phase.name, i, None, f"{type(e).__name__}: {e}"[:200]) for i in range(len(spoken))]
+
+
+async def run_phases(url: str, tokens: dict[str, str], shape: Shape, drained, progress,
+                     spoken=None) -> tuple[list, dict, list]:
+    """Every phase in turn: bob's samples, each flood's summary, carol's turns (with `spoken`)."""
     def client(member: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {tokens[member]}"},
                                  timeout=httpx.Timeout(600.0),
+                                 transport=httpx.AsyncHTTPTransport(local_address=ADDRESSES[member]),
                                  # below uvicorn's 5 s keep-alive (httpx's default is 5 s too): a sender
                                  # back from its 5 s pause would reuse a connection the server is closing
                                  limits=httpx.Limits(max_connections=shape.streams + 8, keepalive_expiry=2.0))
 
-    samples, floods = [], {}
-    async with client("bob") as bob, client("alice") as alice, client("carol") as carol:
+    samples, floods, turns = [], {}, []
+    async with client("bob") as bob, client("alice") as alice, client("dave") as dave:
         for _ in range(2):  # warm-up: the template's prefix cached, first-call costs paid
             await stream_chat(bob, bob_body(random.Random(-1), shape.bob_tokens))
-        flooders = {"alice": alice, "carol": carol}
+        await carol_phase(url, tokens["carol"], Phase("warm-up", "none"), shape, spoken[:1] if spoken else None)
+        flooders = {"alice": alice, "dave": dave, "guest": None}
         for phase in PHASES:
-            flood = Flood(flooders[phase.flooder], phase, shape) if phase.flooder else None
+            flood = Flood(flooders[phase.flooder], phase, shape, url) if phase.flooder else None
             if flood:
                 flood.start()
                 await flood.ready()
             started = time.perf_counter()
-            samples += await bob_phase(bob, phase, shape)
+            bobs, carols = await asyncio.gather(bob_phase(bob, phase, shape),
+                                                carol_phase(url, tokens["carol"], phase, shape, spoken))
+            samples, turns = samples + bobs, turns + carols
             if flood:
                 await flood.stop()
                 floods[phase.name] = flood.summary()
             await asyncio.to_thread(drained)
             beside = f"; {phase.flooder}'s statuses {floods[phase.name]['statuses']}" if flood else ""
-            progress(f"  {phase.name}: {_line(samples, phase.name)} ({time.perf_counter() - started:.0f} s){beside}",
-                     flush=True)
-    return samples, floods
+            progress(f"  {phase.name}: {_line(samples, turns, phase.name)} ({time.perf_counter() - started:.0f} s)"
+                     f"{beside}", flush=True)
+    return samples, floods, turns
 
 
-def _line(samples: list[Sample], phase: str) -> str:
+def _line(samples: list[Sample], turns: list, phase: str) -> str:
     ttfts = [s.ttft_ms for s in samples if s.phase == phase and s.ttft_ms is not None]
-    return f"bob's TTFT p50 {percentile(ttfts, 50)} ms, p95 {percentile(ttfts, 95)} ms"
+    audio = [t.first_audio_ms for t in turns if t.phase == phase and t.first_audio_ms is not None]
+    return (f"bob's TTFT p50 {percentile(ttfts, 50)} ms, p95 {percentile(ttfts, 95)} ms; "
+            f"carol's first audio p50 {percentile(audio, 50)} ms, p95 {percentile(audio, 95)} ms")
 
 
-def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), runner=None,
+def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), runner=None, stt=None, tts=None,
         command: str = "homeai bench members", progress=print) -> dict:
-    """Every phase over a daemon of `cfg` (with `runner`: that loaded model, for tests); the report,
-    also written to `out`."""
+    """Every phase over a daemon of `cfg` (with `runner`, `stt` and `tts`: those loaded models, for
+    tests); the report, also written to `out`."""
     from homeai.api.app import create_app
 
     with tempfile.TemporaryDirectory(prefix="homeai-bench-members-") as tmp:
+        voice = dataclasses.replace(cfg.lanes["voice"], max_tokens=shape.carol_tokens)  # carol's answers end soon
         cfg = dataclasses.replace(
             cfg, auth=AuthConfig(required=True), database=DatabaseConfig(url=f"sqlite:///{Path(tmp) / 'bench.db'}"),
             server=dataclasses.replace(cfg.server, host="127.0.0.1", data_dir=tmp),
-            wyoming=WyomingConfig(enabled=False))
-        app = create_app(cfg, runner=runner)
+            wyoming=WyomingConfig(enabled=False), lanes={**cfg.lanes, "voice": voice})
+        app = create_app(cfg, runner=runner, stt=stt, tts=tts)
         with _serving(app) as url:
             runtime = app.state.runtime
             _wait_loaded(runtime)
             tokens = add_members(cfg)
             model = runtime.engine.runner.info.description
             machine = _machine(cfg, runtime.engine.runner)
+            no_voice = _no_voice(runtime)
+            spoken = loads.utterances(shape.carol_turns) if no_voice is None else None
             progress(f"model {model}; {shape.samples} chats a phase beside {shape.streams} streams of "
-                     f"{shape.stream_tokens} tokens", flush=True)
-            samples, floods = asyncio.run(run_phases(url, tokens, shape, lambda: drain(runtime.engine), progress))
-    report = build_report(shape, samples, floods, model=model, machine=machine)
+                     f"{shape.stream_tokens} tokens; carol: {no_voice or f'{shape.carol_turns} spoken turns a phase'}",
+                     flush=True)
+            samples, floods, turns = asyncio.run(
+                run_phases(url, tokens, shape, lambda: drain(runtime.engine), progress, spoken))
+    report = build_report(shape, PHASES, samples, floods, model=model, machine=machine, turns=turns, no_voice=no_voice)
     write(report, out, command)
     for line in report["findings"]:
         progress(line, flush=True)
@@ -367,8 +454,17 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
     return report
 
 
+def _no_voice(runtime) -> str | None:
+    """Why carol cannot speak (no speech model, no voice), or None."""
+    if runtime.stt is None:
+        return f"no spoken turns: {runtime.stt_error or 'no speech model'}"
+    if runtime.tts is None:
+        return f"no spoken turns: {runtime.tts_error or 'no voice'}"
+    return None
+
+
 def add_members(cfg: Config) -> dict[str, str]:
-    """bob, alice and carol, as `homeai members add NAME [--lanes ...]` makes them; their tokens."""
+    """bob, alice, carol and dave, as `homeai members add NAME [--lanes ...]` makes them; their tokens."""
     from homeai.store.db import make_engine, make_sessionmaker
     from homeai.store.members import add_member
 
@@ -398,113 +494,5 @@ def drain(engine, timeout_s: float = DRAIN_S) -> None:
     time.sleep(0.5)
 
 
-# ---- the report ---------------------------------------------------------------------------------
-
-
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000.0, 1)
-
-
-def _ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 2) if a is not None and b else None
-
-
-def bob_figures(samples: list[Sample]) -> dict:
-    ttfts = [s.ttft_ms for s in samples if s.ttft_ms is not None]
-    return {"n": len(samples), "sent": sum(s.sent for s in samples), "answered": len(ttfts),
-            "whole": sum(s.total_ms is not None for s in samples),
-            "statuses": dict(collections.Counter(str(s.status) for s in samples)),
-            "ttft_ms": {"p50": percentile(ttfts, 50), "p95": percentile(ttfts, 95), "max": max(ttfts, default=None)}}
-
-
-def verdict(phase: Phase, bob: dict, idle: dict, flood: dict | None) -> tuple[str, str]:
-    """The phase's target in words, and "pass", "fail" or "no figure"."""
-    p50, p95 = bob["ttft_ms"]["p50"], bob["ttft_ms"]["p95"]
-    r50, r95 = _ratio(p50, idle["ttft_ms"]["p50"]), _ratio(p95, idle["ttft_ms"]["p95"])
-    if phase.load == "none":
-        return ("baseline" if phase.name == "idle" else "drift: none expected"), "-"
-    everyone = bob["answered"] == bob["n"]
-    if phase.expect == 200:
-        target = f"p95 <= {TARGET_P95_MS:g} ms and <= {TARGET_FLOOD_RATIO:g}x idle p95"
-        ok = None if r95 is None else (everyone and p95 <= TARGET_P95_MS and r95 <= TARGET_FLOOD_RATIO)
-    else:
-        refused = (bool(flood) and flood["requests"] > 0 and not flood.get("transport_errors")
-                   and flood["statuses"] == {str(phase.expect): flood["requests"]})
-        target = f"every request {phase.expect}; p50 and p95 <= {NO_CHANGE:g}x idle"
-        ok = None if r50 is None or r95 is None else (everyone and refused and max(r50, r95) <= NO_CHANGE)
-    return target, "no figure" if ok is None else ("pass" if ok else "fail")
-
-
-def build_report(shape: Shape, samples: list[Sample], floods: dict, *, model: str, machine: str = "") -> dict:
-    idle = bob_figures([s for s in samples if s.phase == "idle"])
-    phases = {}
-    for phase in PHASES:
-        bob = bob_figures([s for s in samples if s.phase == phase.name])
-        target, result = verdict(phase, bob, idle, floods.get(phase.name))
-        phases[phase.name] = {
-            "bob": bob, "flood": floods.get(phase.name),
-            "p50_over_idle": _ratio(bob["ttft_ms"]["p50"], idle["ttft_ms"]["p50"]),
-            "p95_over_idle": _ratio(bob["ttft_ms"]["p95"], idle["ttft_ms"]["p95"]),
-            "target": target, "result": result}
-    report = {"bench": "members", "model": model, "machine": machine, "shape": dataclasses.asdict(shape),
-              "phases": phases,
-              "samples": [dataclasses.asdict(s) for s in samples]}
-    report["findings"] = findings(report)
-    return report
-
-
-def findings(report: dict) -> list[str]:
-    lines = []
-    for name, p in report["phases"].items():
-        ttft, flood = p["bob"]["ttft_ms"], p["flood"]
-        beside = f" beside {flood['member']} ({flood['load']} on {flood['lane']}: {flood['statuses']})" if flood else ""
-        lines.append(f"{name}: bob's TTFT p50 {ttft['p50']} ms, p95 {ttft['p95']} ms ({p['p50_over_idle']}x / "
-                     f"{p['p95_over_idle']}x idle){beside}; target {p['target']}: {p['result']}")
-    return lines
-
-
-def markdown(report: dict, command: str) -> str:
-    s = report["shape"]
-    rows = ["| phase | the other member | their requests (status: count) | their tokens/s | bob's chats answered "
-            "| TTFT p50 / p95 (ms) | p50 / p95 over idle | target | result |",
-            "|---|---|---|---:|---:|---:|---:|---|---|"]
-    for name, p in report["phases"].items():
-        f, b = p["flood"], p["bob"]
-        who = f"{f['member']}: {_what(f)}" if f else "-"
-        statuses = ", ".join(f"{k}: {v}" for k, v in f["statuses"].items()) if f else "-"
-        rows.append(f"| {name} | {who} | {statuses} | {f['tokens_per_s'] if f else '-'} | {b['answered']}/{b['n']} | "
-                    f"{b['ttft_ms']['p50']} / {b['ttft_ms']['p95']} | {p['p50_over_idle']} / {p['p95_over_idle']} | "
-                    f"{p['target']} | {p['result']} |")
-    errors = [f"* {name}: {error}" for name, p in report["phases"].items() if p["flood"]
-              for error in p["flood"]["errors"]]
-    text = ["# One member beside another", "", f"Command: `{command}`", "",
-            f"Bob sends {s['samples']} streamed chats a phase ({s['bob_tokens']} tokens, "
-            f"one after another), timed to the first content chunk, each given {s['timeout_s']:g} s and the phase "
-            f"{s['phase_max_s']:g} s; a flood keeps {s['streams']} streams of {s['stream_tokens']} tokens in flight "
-            f"(a finished one is sent again); a stream refused its lane is sent again after {s['retry_s']:g} s, a "
-            f"refused grammar {s['grammar_pause_s']:g} s after its refusal ({s['grammar_senders']} at once). "
-            f"Seed {s['seed']}.", "", f"Machine: {report['machine']}", "", *rows, "",
-            "Their tokens/s: content chunks a second over the phase (tokens per finished stream: "
-            f"{_per_stream(report)}); bob's ratios are against his idle phase of this run.", "",
-            *(["What the refused requests were told:", "", *errors, ""] if errors else []),
-            *[f"* {line}" for line in report["findings"]], ""]
-    return "\n".join(text)
-
-
-def _per_stream(report: dict) -> str:
-    return ", ".join(f"{name} {p['flood']['tokens_per_finished_stream'] or 'none finished'}"
-                     for name, p in report["phases"].items()
-                     if p["flood"] and p["flood"]["load"] == "streams" and p["flood"]["expected_status"] == 200)
-
-
-def _what(flood: dict) -> str:
-    if flood["load"] == "grammar":
-        return f"json_schemas too large to build, {flood['senders']} at once"
-    allowed = "" if flood["expected_status"] == 200 else ", a lane not allowed"
-    return f"{flood['senders']} streams on {flood['lane']}{allowed}"
-
-
-def write(report: dict, out: Path, command: str = "homeai bench members") -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "members.json").write_text(json.dumps({**report, "command": command}, indent=2))
-    (out / "members.md").write_text(markdown(report, command))
