@@ -5,8 +5,8 @@
     GET    /api/conversations/{id}              conversation with "messages"
     PATCH  /api/conversations/{id} {title}      conversation
     DELETE /api/conversations/{id}              204 (an answer in progress is aborted)
-    POST   /api/conversations/{id}/messages {content, max_tokens?, temperature?}   event stream
-    POST   /api/conversations/{id}/regenerate {max_tokens?, temperature?}          event stream
+    POST   /api/conversations/{id}/messages {content, max_tokens?, temperature?, lane?}   event stream
+    POST   /api/conversations/{id}/regenerate {max_tokens?, temperature?, lane?}          event stream
     POST   /api/conversations/{id}/stop         {"stopped": bool}
 
 Every query is scoped by the caller: another member's conversation is a 404, never a 403.
@@ -15,7 +15,9 @@ An answer streams as server-sent events, `data: {json}` with a `type` (the voice
 {message, finish_reason: stop | length | abort, usage, replaces} or `error` {error}. The answer
 is stored when it ends, however it ends: a stop keeps what was said so far. Closing the
 stream aborts the sequence, and so does `/stop`; one answer per conversation at a time.
-Answers are on the chat lane: a member who may not use it gets a 403 naming the lanes they may.
+Answers are on the chat lane, or the body's `lane` (homeai's field, as on `/v1`): a lane the
+member may not use is a 403 naming the lanes they may, one that does not exist a 400, one served
+by a remote server a 400 (the household's answers are local: `/v1` forwards).
 The routes ask the service for the answer (`service.chat`, the latest turns that fit);
 `homeai.api.household_answer` formats its stream as these events and stores it.
 """
@@ -60,11 +62,12 @@ class Rename(RequestBody):
 class Generate(RequestBody):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
+    lane: str | None = None  # homeai's, as on /v1: a lane the member may use (default: chat)
 
-    def ask(self, history: list[dict]) -> ChatAsk:
-        """The chat lane's answer to `history`: the latest turns that fit (the lane's answer length by default)."""
+    def ask(self, history: list[dict], lane: str) -> ChatAsk:
+        """The lane's answer to `history`: the latest turns that fit (the lane's answer length by default)."""
         sampling = SamplingAsk(max_tokens=self.max_tokens, temperature=self.temperature)
-        return ChatAsk(messages=history, lane=LANE, sampling=sampling, fit="latest", prompt_param="content")
+        return ChatAsk(messages=history, lane=lane, sampling=sampling, fit="latest", prompt_param="content")
 
 
 class Send(Generate):
@@ -128,11 +131,12 @@ def _delete(runtime, member: Caller, conversation_id: int) -> bool:
 @router.post("/{conversation_id}/messages")
 async def send_message(conversation_id: ConversationId, body: Send, runtime: RuntimeDep, service: ServiceDep,
                        member: CurrentMember, inflight: InflightDep) -> AnswerResponse:
+    lane = _lane(service, member, body.lane)
     service.check_limits(max_tokens=body.max_tokens)
 
     async def prepare() -> Reply:
         history, is_first = await asyncio.to_thread(_question, runtime, member, conversation_id, body.content)
-        answer = await service.chat(body.ask(history), member)
+        answer = await service.chat(body.ask(history, lane), member)
         try:
             stored = await asyncio.to_thread(_store_question, runtime, member, conversation_id, body.content,
                                              answer.num_prompt_tokens, is_first)
@@ -148,11 +152,12 @@ async def send_message(conversation_id: ConversationId, body: Send, runtime: Run
 async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, service: ServiceDep,
                      member: CurrentMember, inflight: InflightDep, body: Generate | None = None) -> AnswerResponse:
     body = body or Generate()
+    lane = _lane(service, member, body.lane)
     service.check_limits(max_tokens=body.max_tokens)
 
     async def prepare() -> Reply:
         history, replaces = await asyncio.to_thread(_again, runtime, member, conversation_id)
-        answer = await service.chat(body.ask(history), member)
+        answer = await service.chat(body.ask(history, lane), member)
         return Reply(answer, member.member_id, replaces=replaces)
 
     return await _answer(runtime, service, inflight, member, conversation_id, prepare)
@@ -171,7 +176,6 @@ def stop(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMe
 async def _answer(runtime, service, inflight: Inflight, member: Caller, conversation_id: int,
                   prepare: Callable[[], Awaitable[Reply]]) -> AnswerResponse:
     """Claim the conversation's one answer, prepare it, and stream it as household events."""
-    service.lane(member, LANE, LANE)  # a member who may not use the chat lane gets a 403 naming theirs
     key = (member.name, conversation_id)
     slot = inflight.claim(key)
     try:
@@ -181,6 +185,16 @@ async def _answer(runtime, service, inflight: Inflight, member: Caller, conversa
         raise
     inflight.attach(slot, reply.answer)
     return AnswerResponse(AnswerEvents(runtime, conversation_id, reply, lambda: inflight.release(key, slot)))
+
+
+def _lane(service, member: Caller, asked: str | None) -> str:
+    """The lane asked for (default chat) when the member may use it: 400 unknown, 403 not theirs, as on /v1;
+    400 for a lane a remote server answers."""
+    lane = service.lane(member, asked, LANE)[0]
+    if service.remotes.get(lane) is not None:
+        raise ApiError(400, f"lane {lane!r} is served by a remote server; use the OpenAI API (/v1) for it",
+                       code="remote_lane", param="lane")
+    return lane
 
 
 def _question(runtime, member: Caller, conversation_id: int, content: str) -> tuple[list[dict], bool]:

@@ -2,9 +2,10 @@
 
 `/api/chat`, `/api/generate`, `/api/embed` and the older `/api/embeddings` (the served model's routes, `/api/tags` and the rest,
 are `homeai.api.ollama_manage`'s). Generation goes through the same lanes as everywhere: a model
-named `<id>:<lane>` (`homeai.service.names`), else the `X-HomeAI-Lane` header, else the member's
-default lane (`homeai members add ha --lane voice`), else chat; embeddings on the embeddings lane
-unless named or asked otherwise (a lane the member may not use: 403). The service
+named `<id>:<lane>` (`homeai.service.names`) or the body's `lane` (homeai's own field, as on
+`/v1`), else the `X-HomeAI-Lane` header, else the member's default lane (`homeai members add ha
+--lane voice`), else chat; embeddings on the embeddings lane unless named or asked otherwise. A
+lane the member may not use is a 403, one that does not exist a 400, on every route. The service
 (`homeai.service`) answers; this module reads Ollama's bodies and writes its lines.
 
 Answers are Ollama's: NDJSON (`application/x-ndjson`, one object a line) when `stream` is true,
@@ -61,7 +62,7 @@ Ready = Annotated[None, Depends(ready)]
 async def chat(body: ChatRequest, request: Request, service: ServiceDep, _ready: Ready, member: CurrentMember,
                lane_header: LaneHeader = None) -> Response:
     started = time.perf_counter_ns()
-    lane = _generation_lane(service, member, body.model, lane_header)
+    lane = _generation_lane(service, member, body, lane_header)
     model = _generation(service, body, lane, num_messages=len(body.messages))
     reply = Reply(model, "chat")
     if not body.messages:  # Ollama's way to load (or, keep_alive 0, unload) a model: answered at once
@@ -74,7 +75,7 @@ async def chat(body: ChatRequest, request: Request, service: ServiceDep, _ready:
 async def generate(body: GenerateRequest, request: Request, service: ServiceDep, _ready: Ready,
                    member: CurrentMember, lane_header: LaneHeader = None) -> Response:
     started = time.perf_counter_ns()
-    lane = _generation_lane(service, member, body.model, lane_header)
+    lane = _generation_lane(service, member, body, lane_header)
     model = _generation(service, body, lane)
     reply = Reply(model, "generate")
     if not body.prompt:
@@ -83,9 +84,11 @@ async def generate(body: GenerateRequest, request: Request, service: ServiceDep,
     return await _answer(request, answer, reply, stream_lines=body.stream, started=started)
 
 
-def _generation_lane(service, member, model: str, lane_header: str | None) -> str:
-    """The model name's lane, else the header's, else the member's default lane, else chat; one they may use."""
-    return service.request_lane(member, model=model, header=lane_header, default=member.default_lane or "chat")[0]
+def _generation_lane(service, member, body: Generating, lane_header: str | None) -> str:
+    """The model name's or the body's lane, else the header's, else the member's default lane, else
+    chat; one they may use."""
+    return service.request_lane(member, model=body.model, lane=body.lane, header=lane_header,
+                                default=member.default_lane or "chat")[0]
 
 
 def _generation(service, body: Generating, lane: str, num_messages: int = 0) -> str:
@@ -174,7 +177,8 @@ async def embed(body: EmbedRequest, request: Request, service: ServiceDep, _read
     """Ollama's embeddings: one L2-normalised vector per input, from the embeddings lane."""
     started = time.perf_counter_ns()
     model = _model(service, body.model, "embed")
-    lane, policy = service.request_lane(member, model=body.model, header=lane_header, default="embeddings")
+    lane, policy = service.request_lane(member, model=body.model, lane=body.lane, header=lane_header,
+                                        default="embeddings")
     _local(service, lane)
     inputs = body.inputs()
     if not inputs or len(inputs) > policy.max_queue:
@@ -197,7 +201,8 @@ async def embeddings(body: EmbeddingsRequest, request: Request, service: Service
     """Ollama's older embeddings: the prompt's vector as the model gives it (Ollama normalises only
     `/api/embed`'s), from the embeddings lane; an empty prompt is its load call, `[]`."""
     model = _model(service, body.model, "embed")
-    lane = service.request_lane(member, model=body.model, header=lane_header, default="embeddings")[0]
+    lane = service.request_lane(member, model=body.model, lane=body.lane, header=lane_header,
+                                default="embeddings")[0]
     _local(service, lane)
     if not body.prompt:
         return JSONResponse({"embedding": []})

@@ -5,7 +5,8 @@ Ollama's own rules: fields and options a client sends that homeai does not use a
 the OpenAI bodies (strict types, finite numbers, valid Unicode: `RequestBody`). `stream`
 defaults to true. Images are refused where they enter: this model reads text only.
 `keep_alive` is read only for Ollama's unload call (0 with nothing to answer): the household's
-one model stays loaded whatever a client asks.
+one model stays loaded whatever a client asks. `lane` is homeai's own field, as on `/v1`: the
+lane asked for, honoured when the member may use it (403 otherwise, 400 for no such lane).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Generating(RequestBody):
     stream: bool = True
     keep_alive: str | int | float | None = None  # 0: Ollama's unload (see `unloads`); else ignored
     think: bool | str | None = None  # accepted, ignored: the model does not think aloud
+    lane: str | None = None  # homeai's: the lane asked for, as on /v1 (also X-HomeAI-Lane, or `<model>:<lane>`)
 
     def unloads(self) -> bool:
         """`keep_alive` is zero (0, 0.0, "0", "0s"): with nothing to answer, Ollama's unload call."""
@@ -167,6 +169,7 @@ class EmbedRequest(RequestBody):
     dimensions: int | None = Field(None, ge=1)
     options: dict[str, Any] | None = None  # nothing in them applies to embeddings
     keep_alive: str | int | float | None = None
+    lane: str | None = None  # homeai's: the lane asked for, as on /v1 (default: embeddings)
 
     def inputs(self) -> list[str]:
         return [self.input] if isinstance(self.input, str) else list(self.input)
@@ -182,6 +185,7 @@ class EmbeddingsRequest(RequestBody):
     prompt: str = ""
     options: dict[str, Any] | None = None  # nothing in them applies to embeddings
     keep_alive: str | int | float | None = None
+    lane: str | None = None  # homeai's: the lane asked for, as on /v1 (default: embeddings)
 
     def ask(self, lane: str, model: str) -> EmbedAsk:
         return EmbedAsk([self.prompt], lane=lane, model=model, prompt_param="prompt")

@@ -213,3 +213,74 @@ def test_wyoming_acts_as_its_member_who_must_be_allowed_voice(cfg, server, token
         assert error.code == "lane_not_allowed" and "may not use lane 'voice' (allowed: chat)" in error.text
     finally:
         store(cfg, voice_again)
+
+
+# ---- a body `lane`, on every route (issue 55): honoured when the member may use it, as on /v1 --
+
+
+def post(server, token: str, path: str, body: dict) -> httpx.Response:
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT, headers={"Authorization": f"Bearer {token}"}) as http:
+        return http.post(path, json=body)
+
+
+def ollama_bodies(server) -> dict[str, dict]:
+    model, embed_model = server.runtime.model_id("generate"), server.runtime.model_id("embed")
+    return {"/api/chat": {"model": model, "messages": HI, "stream": False, "options": {"num_predict": 2}},
+            "/api/generate": {"model": model, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
+            "/api/embed": {"model": embed_model, "input": "Hi"},
+            "/api/embeddings": {"model": embed_model, "prompt": "Hi"}}
+
+
+def test_ollama_a_body_lane_the_member_may_not_use_is_a_403_an_unknown_one_a_400(server, tokens):
+    """The `ollama` package sends no field of homeai's: httpx writes the body as any client may."""
+    for path, body in ollama_bodies(server).items():
+        refused = post(server, tokens["bob"], path, {**body, "lane": "voice"})
+        assert refused.status_code == 403, (path, refused.text)
+        assert_names_bobs_lanes(refused.json()["error"])
+        unknown = post(server, tokens["bob"], path, {**body, "lane": "nowhere"})
+        assert unknown.status_code == 400 and "unknown lane 'nowhere'" in unknown.json()["error"], (path, unknown.text)
+
+
+def test_ollama_a_body_lane_the_member_may_use_is_honoured(server, tokens):
+    """ha's default lane is voice; a body lane moves the request to chat, as the header does (the
+    engine's count of each lane's generations since it started shows it)."""
+    def served(lane: str) -> int:
+        return server.runtime.engine.state().lanes[lane].prompt_cache.requests
+
+    before = served("chat"), served("voice")
+    for path in ("/api/chat", "/api/generate"):
+        reply = post(server, tokens["ha"], path, {**ollama_bodies(server)[path], "lane": "chat"})
+        assert reply.status_code == 200 and reply.json()["done"], reply.text
+    assert (served("chat"), served("voice")) == (before[0] + 2, before[1])
+
+
+def test_ollama_client_a_lane_in_the_model_name_is_refused_the_same_way(server, tokens):
+    bob = ollama_client(server, tokens["bob"])
+    with pytest.raises(ollama.ResponseError) as refused:
+        bob.chat(model=f"{server.runtime.model_id('generate')}:voice", messages=HI)
+    assert refused.value.status_code == 403
+    assert_names_bobs_lanes(refused.value.error)
+    assert bob.chat(model=server.runtime.model_id("generate"), messages=HI, options={"num_predict": 2}).done
+
+
+def test_household_a_body_lane_is_honoured_or_refused_as_on_v1(server, tokens):
+    """nochat may use voice alone: its answers come on voice when asked; chat (the default) and a lane
+    that does not exist are refused, on send and on regenerate alike, and nothing is stored for them."""
+    token = tokens["nochat"]
+    conversation = post(server, token, "/api/conversations", {"title": "lanes"}).json()["id"]
+    messages, again = f"/api/conversations/{conversation}/messages", f"/api/conversations/{conversation}/regenerate"
+    answered = post(server, token, messages, {"content": "Hi", "max_tokens": 2, "lane": "voice"})
+    assert answered.status_code == 200 and "response.done" in answered.text, answered.text
+    for path, body in ((messages, {"content": "Hi"}), (again, {})):
+        refused = post(server, token, path, {**body, "lane": "chat"})
+        assert refused.status_code == 403, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "lane_not_allowed" and "(allowed: voice)" in error["message"], error
+        unknown = post(server, token, path, {**body, "lane": "nowhere"})
+        assert unknown.status_code == 400 and unknown.json()["error"]["code"] == "unknown_lane", unknown.text
+    assert post(server, tokens["bob"], messages, {"content": "Hi", "lane": "voice"}).status_code == 403
+    regenerated = post(server, token, again, {"max_tokens": 2, "lane": "voice"})
+    assert regenerated.status_code == 200 and "response.done" in regenerated.text, regenerated.text
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT, headers={"Authorization": f"Bearer {token}"}) as http:
+        stored = http.get(f"/api/conversations/{conversation}").json()["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]  # the refusals stored nothing
