@@ -7,6 +7,7 @@ Run: .venv/bin/python -m pytest tests/api/test_audio_speech.py
 from __future__ import annotations
 
 import io
+import json
 import wave
 
 import httpx
@@ -132,6 +133,28 @@ def test_input_of_code_only_is_400(client):
     assert error["param"] == "input" and "nothing to say" in error["message"]
 
 
+@pytest.mark.parametrize("text, what", [("Hello\x00 there.", "U+0000"), ("The bell\x07 rings.", "U+0007"),
+                                        ("Colour\x1b[31m red.", "U+001B"), ("Next\x85 line.", "U+0085"),
+                                        ("Delete\x7f this.", "U+007F")])
+def test_a_control_character_in_input_is_400_naming_input(client, text, what):
+    """A NUL was a 500 (piper's C side: "embedded null character"); every control character but tab
+    and line breaks is refused before the pool is asked."""
+    error = refused(client, input=text)
+    assert (error["param"], error["code"]) == ("input", "invalid_text") and what in error["message"], error
+    assert client.audio.speech.create(model="tts-1", voice="alloy", input="Tabs\tand\r\nbreaks are said.").content
+
+
+def test_a_lone_surrogate_in_input_is_400_naming_input(server, token):
+    """The `openai` client cannot even encode one (UTF-8 cannot carry it); JSON's escape can."""
+    body = json.dumps({"model": "tts-1", "voice": "alloy", "input": "Half a face \ud83d here."})
+    assert "\\ud83d" in body
+    r = httpx.post(f"{server.url}/v1/audio/speech", content=body, timeout=TIMEOUT,
+                   headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == ("input", "invalid_text"), error
+
+
 @pytest.mark.parametrize("fmt", ["mp3", "opus", "flac", "aac", "ogg"])
 def test_a_format_not_made_is_400_naming_response_format(client, fmt):
     error = refused(client, response_format=fmt)
@@ -171,6 +194,21 @@ def test_the_voice_lane_needs_the_right_to_it(cfg, server, client):
     assert voiced.content[:4] == b"RIFF"
     with pytest.raises(openai.BadRequestError):  # an unknown lane
         client.audio.speech.create(model="tts-1", voice="alloy", input="Hello.", extra_headers={"X-HomeAI-Lane": "nope"})
+
+
+# ---- busy ----------------------------------------------------------------------------------
+
+def test_a_pool_without_room_for_the_lane_is_503_with_retry_after_and_voice_keeps_its_own(client, tts,
+                                                                                           monkeypatch):
+    """The box's busy (503) is not the member's own (429, tests/security/test_speech_share.py): with
+    only the voice lane's reserve left, a chat read-aloud waits and a voice one is still made."""
+    monkeypatch.setattr(tts.admission, "max_pending", tts.admission.voice_reserve)
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.audio.speech.create(model="tts-1", voice="alloy", input=SAID)
+    assert caught.value.status_code == 503 and caught.value.response.headers["retry-after"] == "1"
+    error = caught.value.response.json()["error"]
+    assert error["code"] == "tts_busy" and "tts.max_pending" in error["message"], error
+    assert client.audio.speech.create(model="tts-1:voice", voice="alloy", input="Hello.").content[:4] == b"RIFF"
 
 
 # ---- a client that leaves ------------------------------------------------------------------

@@ -10,6 +10,7 @@ Run: .venv/bin/python -m pytest tests/wyoming/test_tts.py
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
@@ -168,6 +169,39 @@ async def test_a_stream_over_the_cap_is_an_error_and_is_not_spoken(port):
         await client.write_event(SynthesizeStop().event())
         stopped = await read(client)
         assert SynthesizeStopped.is_type(stopped.type), stopped  # no audio before it
+
+
+@pytest.mark.parametrize("text, what", [("Hello\x00 there.", "U+0000"), ("The bell\x07 rings.", "U+0007"),
+                                        ("Colour\x1b[31m red.", "U+001B")], ids=["nul", "bell", "escape"])
+async def test_text_a_synthesiser_cannot_take_is_an_error_naming_text(port, stt, text, what):
+    async with connect(port) as client:
+        await client.write_event(Synthesize(text=text).event())
+        error = Error.from_event(await read(client))
+        assert error.code == "invalid_text" and "'text'" in error.text and what in error.text, error
+        await client.write_event(SynthesizeStart().event())  # in a stream's chunk: the rest is not spoken
+        await client.write_event(SynthesizeChunk(text=text + " ").event())
+        error = Error.from_event(await read(client))
+        assert error.code == "invalid_text" and "'text'" in error.text and "rest of the stream" in error.text
+        await client.write_event(SynthesizeChunk(text="More words. ").event())
+        await client.write_event(SynthesizeStop().event())
+        stopped = await read(client)
+        assert SynthesizeStopped.is_type(stopped.type), stopped  # no audio before it
+        await client.write_event(Synthesize(text=SAID.replace(" and ", "\tand\r\n")).event())  # tab, line breaks: said
+        start, pcm = await audio_stream(client)
+    assert_heard(stt, pcm, start.rate, SAID)
+
+
+async def test_a_lone_surrogate_is_an_error_naming_the_text(port):
+    """The `wyoming` client cannot encode one (UTF-8 cannot carry it): written as JSON's escape."""
+    async with connect(port) as client:
+        reader, writer = client._reader, client._writer
+        line = json.dumps({"type": "synthesize", "data": {"text": "Half a face \ud83d here."}})
+        assert "\\ud83d" in line
+        writer.write(line.encode() + b"\n")
+        await writer.drain()
+        error = Error.from_event(await read(reader))
+        assert error.code == "invalid_text" and "data.text" in error.text, error
+        await assert_still_served(client)
 
 
 async def test_chunks_outside_a_stream_are_errors(port):
