@@ -7,8 +7,10 @@ whose every token weighs 50,000 alternatives against the whole vocabulary. So a 
 request's tools, all together) is refused, with a `ToolError` naming the field at fault
 (`response_format.json_schema.schema.properties.tags.maxItems`), when it is larger than
 `[grammar] max_schema_bytes`, nested deeper than `MAX_DEPTH`, asks for a repetition past
-`max_repeat`, or offers more than `max_enum` alternatives in one place; the GBNF it becomes,
-when it is larger than `max_grammar_bytes` or nests its groups deeper than `MAX_GROUP_DEPTH`.
+`max_repeat`, or offers more than `max_enum` alternatives in one place; a `pattern` (or a
+`patternProperties` key) whose grammar is not cheap to weigh by construction (`homeai.tools.patterns`:
+no choice in a repeated group left open past the next character); the GBNF it becomes, when it is
+larger than `max_grammar_bytes` or nests its groups deeper than `MAX_GROUP_DEPTH`.
 What is left (the build's and the first tokens' time) is measured by `homeai.engine.grammar_check`.
 """
 
@@ -19,6 +21,7 @@ import re
 from typing import Any
 
 from homeai.config import GrammarConfig
+from homeai.tools import patterns
 from homeai.tools.spec import ToolError
 
 MAX_DEPTH = 32  # schema objects within each other: a JSON answer nested deeper is no answer for a person
@@ -86,66 +89,23 @@ def _check_node(node: dict, where: str, limits: GrammarConfig) -> None:
     pattern = node.get("pattern")
     if isinstance(pattern, str):
         _check_pattern(pattern, f"{where}.pattern", limits)
+    keyed = node.get("patternProperties")
+    for key in keyed if isinstance(keyed, dict) else ():
+        _check_pattern(key, f"{where}.patternProperties.{key[:60]}", limits)
 
 
 def _check_pattern(pattern: str, where: str, limits: GrammarConfig) -> None:
-    """Each `{m}`, `{m,}` or `{m,n}` of a pattern is a repetition like maxLength's; and a group that
-    may match nothing, repeated (`(a?){0,99}`, `(a*)*`), makes llama.cpp weigh every way to split
-    the text between its rounds: seconds a token from a 20-character pattern."""
+    """Each `{m}`, `{m,}` or `{m,n}` of a pattern is a repetition like maxLength's; and the pattern's
+    grammar must be cheap to weigh by construction (`homeai.tools.patterns`: seconds a token otherwise)."""
     for match in QUANTIFIER.finditer(pattern):
         for number in match.groups():
-            if number and int(number) > limits.max_repeat:
-                raise ToolError(f"the repetition {match.group(0)} is more than {limits.max_repeat} "
+            if number and (len(number) > 18 or int(number) > limits.max_repeat):
+                raise ToolError(f"the repetition {match.group(0)[:40]} is more than {limits.max_repeat} "
                                 "(the [grammar] max_repeat setting)", where)
-    if _repeats_an_optional_group(pattern):
-        raise ToolError("a repeated group may not itself be optional or hold an optional part "
-                        "(as in (a?)* or (a{0,3}){2,}): write the repetition once", where)
-
-
-def _repeats_an_optional_group(pattern: str) -> bool:
-    """Whether a group holding a `?`, `*`, `{0,...}` or an empty alternative is repeated (`*`, `+`, `{m,n}`
-    with n > 1). An over-approximation: `(ab?)+` is refused too."""
-    optional = [False]  # per open group: whether it holds an optional part
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i = _skip_quoted(pattern, i, "]")
-            continue
-        if c == "(":
-            optional.append(pattern[i + 1:i + 2] in ("|", ")"))
-        elif c == "|" and (pattern[i + 1:i + 2] in ("|", ")", "$", "") or i == 0 or pattern[i - 1] in "(|^"):
-            optional[-1] = True
-        elif c in "?*" or (c == "{" and QUANTIFIER.match(pattern, i) and _min_of(pattern, i) == 0):
-            optional[-1] = True
-        elif c == ")" and len(optional) > 1:
-            inner = optional.pop()
-            if inner and _repeats(pattern, i + 1):
-                return True
-            optional[-1] = optional[-1] or inner
-        i += 1
-    return False
-
-
-def _min_of(pattern: str, at: int) -> int:
-    low = QUANTIFIER.match(pattern, at).group(1)
-    return int(low) if low else 0
-
-
-def _repeats(pattern: str, at: int) -> bool:
-    """Whether the quantifier at `at` (if any) repeats what precedes it more than once."""
-    if pattern[at:at + 1] in ("*", "+"):
-        return True
-    match = QUANTIFIER.match(pattern, at) if pattern[at:at + 1] == "{" else None
-    if match is None:
-        return False
-    low, high = match.group(1), match.group(2)
-    if "," not in match.group(0):
-        return bool(low) and int(low) > 1
-    return not high or int(high) > 1
+    try:
+        patterns.check(pattern, limits.max_repeat, limits.max_enum)
+    except patterns.PatternError as e:
+        raise ToolError(str(e), where) from None
 
 
 def _too_many(count: int, key: str, limits: GrammarConfig) -> str:

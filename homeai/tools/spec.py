@@ -2,8 +2,10 @@
 `parallel_tool_calls`, in OpenAI's shape (the Ollama API and the voice socket send the same).
 
 Every refusal is a `ToolError` naming the field at fault (`tools.0.function.name`), which the
-routes answer with a 400. A tool's `parameters` must be a JSON schema of an object; whether it can
-also become a grammar is checked when the grammar is built (`homeai.tools.formats`).
+routes answer with a 400. Here only the tools' shape is read (cheap, whatever their number); their
+count and size, then whether each `parameters` is a valid JSON schema (`check_schema`, the costly
+part: 2,800 tools took seconds) and can become a grammar, are checked in that order when the grammar
+is built (`ToolPlan.grammar`), so a huge list is refused before any schema is validated.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ def tool_set(tools: list | None, tool_choice: Any = None, parallel_tool_calls: b
         raise ToolError("must be a list of tools", "tools")
     parsed = tuple(_tool(t, f"tools.{i}") for i, t in enumerate(tools or ()))
     names = [t.name for t in parsed]
-    duplicate = next((n for n in names if names.count(n) > 1), None)
-    if duplicate:
+    if len(set(names)) < len(names):
+        seen: set[str] = set()
+        duplicate = next(n for n in names if n in seen or seen.add(n))
         raise ToolError(f"two tools are named {duplicate!r}", "tools")
     choice, named = _choice(tool_choice, names)
     if not isinstance(parallel_tool_calls, bool):
@@ -111,7 +114,6 @@ def _parameters(schema: Any, where: str) -> dict:
         return NO_PARAMETERS
     if not isinstance(schema, dict):
         raise ToolError("must be a JSON schema (an object)", where)
-    check_schema(schema, where)
     if schema.get("type", "object") != "object":
         raise ToolError(f"a tool's arguments are an object, but the schema's type is {schema.get('type')!r}", where)
     return schema

@@ -20,7 +20,7 @@ from homeai.config import GrammarConfig
 from homeai.engine.grammar_check import GrammarChecker
 from homeai.engine.runner import WEIGHED_FIRST, _allowed_needed, grammar_sampler, json_schema_grammar
 from homeai.sched.request import Grammar, SamplingParams
-from homeai.tools import ToolError, bounds, response_format_grammar
+from homeai.tools import ToolError, bounds, response_format_grammar, spec
 from tests.security.conftest import assert_refused, event, post_json, until, voice_socket
 
 LIMITS = GrammarConfig()
@@ -122,6 +122,10 @@ def test_a_grammar_too_slow_to_build_or_weigh_is_refused_within_the_ceiling(chec
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 HUGE = {**INTS, "maxItems": 100_000}
+# The issue's pattern, behind a const property (which kept the grammar checker's first tokens away from it).
+NESTED = {"type": "object", "properties": {"k": {"const": "v"}, "x": {
+    "type": "string", "pattern": "^(((((([a-z])+)+)+)+)+)+[a-z]{40}$"}}, "required": ["k", "x"]}
+SCHEMAS = {"unbounded": (HUGE, ".maxItems"), "nested pattern": (NESTED, ".properties.x.pattern")}
 
 
 def as_tools(schema: dict) -> list[dict]:
@@ -129,47 +133,72 @@ def as_tools(schema: dict) -> list[dict]:
         "type": "object", "properties": {"x": schema}}}}]
 
 
+def json_schema(schema: dict) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+# Each path a schema enters by: (path, body, the field its refusal names before the schema's own part)
 V1 = {
-    "chat response_format": ("/v1/chat/completions", {"messages": MESSAGES, "response_format": {
-        "type": "json_schema", "json_schema": {"name": "x", "schema": HUGE}}}, "response_format.json_schema.schema.maxItems"),
-    "chat tools": ("/v1/chat/completions", {"messages": MESSAGES, "tools": as_tools(HUGE)},
-                   "tools.0.function.parameters.properties.x.maxItems"),
-    "completions": ("/v1/completions", {"prompt": "Hi", "response_format": {
-        "type": "json_schema", "json_schema": {"name": "x", "schema": HUGE}}}, "response_format.json_schema.schema.maxItems"),
+    "chat response_format": lambda s: ("/v1/chat/completions", {"messages": MESSAGES, "response_format": json_schema(s)},
+                                       "response_format.json_schema.schema"),
+    "chat tools": lambda s: ("/v1/chat/completions", {"messages": MESSAGES, "tools": as_tools(s)},
+                             "tools.0.function.parameters.properties.x"),
+    "completions": lambda s: ("/v1/completions", {"prompt": "Hi", "response_format": json_schema(s)},
+                              "response_format.json_schema.schema"),
 }
 OLLAMA = {
-    "chat format": ("/api/chat", {"messages": MESSAGES, "format": HUGE}, "format.maxItems"),
-    "chat tools": ("/api/chat", {"messages": MESSAGES, "tools": as_tools(HUGE)},
-                   "tools.0.function.parameters.properties.x.maxItems"),
-    "generate format": ("/api/generate", {"prompt": "Hi", "format": HUGE}, "format.maxItems"),
+    "chat format": lambda s: ("/api/chat", {"messages": MESSAGES, "format": s}, "format"),
+    "chat tools": lambda s: ("/api/chat", {"messages": MESSAGES, "tools": as_tools(s)},
+                             "tools.0.function.parameters.properties.x"),
+    "generate format": lambda s: ("/api/generate", {"prompt": "Hi", "format": s}, "format"),
 }
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("schema", sorted(SCHEMAS))
 @pytest.mark.parametrize("name", sorted(V1))
-def test_v1_refuses_an_unbounded_schema_naming_the_field(http, name):
-    path, body, param = V1[name]
-    assert_refused(post_json(http, path, {"model": "homeai", **body}), param=param)
+def test_v1_refuses_an_unbounded_schema_naming_the_field(http, name, schema):
+    value, field = SCHEMAS[schema]
+    path, body, param = V1[name](value)
+    assert_refused(post_json(http, path, {"model": "homeai", **body}), param=param + field)
 
 
 @pytest.mark.model
+@pytest.mark.parametrize("schema", sorted(SCHEMAS))
 @pytest.mark.parametrize("name", sorted(OLLAMA))
-def test_ollama_refuses_an_unbounded_schema_naming_the_field(http, name):
-    path, body, param = OLLAMA[name]
+def test_ollama_refuses_an_unbounded_schema_naming_the_field(http, name, schema):
+    value, field = SCHEMAS[schema]
+    path, body, param = OLLAMA[name](value)
     response = post_json(http, path, {"model": "homeai", "stream": False, **body})
     assert response.status_code == 400, response.text[:300]
-    assert param in response.json()["error"]
+    assert param + field in response.json()["error"]
 
 
 @pytest.mark.model
-def test_the_voice_socket_refuses_such_tools_at_session_start(server, token):
+@pytest.mark.parametrize("schema", sorted(SCHEMAS))
+def test_the_voice_socket_refuses_such_tools_at_session_start(server, token, schema):
+    value, field = SCHEMAS[schema]
     with voice_socket(server, token) as ws:
-        ws.send(json.dumps({"type": "session.start", "sample_rate": 16000, "tools": as_tools(HUGE)}))
+        ws.send(json.dumps({"type": "session.start", "sample_rate": 16000, "tools": as_tools(value)}))
         error = until(ws, "error", "session.ready")[-1]
         assert error["type"] == "error" and error["code"] == "invalid_tools", error
-        assert "tools.0.function.parameters.properties.x.maxItems" in error["message"]
+        assert "tools.0.function.parameters.properties.x" + field in error["message"]
         ws.send(json.dumps({"type": "session.start", "sample_rate": 16000}))
         assert event(ws)["type"] == "session.ready"  # the socket is still there
+
+
+@pytest.mark.model
+def test_a_huge_tool_list_is_a_400_naming_tools_before_any_schema_is_validated(http, monkeypatch):
+    """The issue's 3.9 MB list (2,800 tools, within the 4 MB body limit): refused on its count."""
+    validated = []
+    real = spec._validator
+    monkeypatch.setattr(spec, "_validator", lambda schema: validated.append(schema) or real(schema))
+    listed = [{"type": "function", "function": {"name": f"t{i}", "description": "d" * 600, "parameters": {
+        "type": "object", "properties": {"area": {"type": "string", "description": "a" * 600}}}}} for i in range(2_800)]
+    response = post_json(http, "/v1/chat/completions", {"model": "homeai", "messages": MESSAGES, "tools": listed})
+    assert_refused(response, param="tools")
+    assert "max_enum" in response.json()["error"]["message"]
+    assert validated == []
 
 
 @pytest.mark.model

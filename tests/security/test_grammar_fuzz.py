@@ -10,13 +10,20 @@ Run: .venv/bin/python -m pytest tests/security/test_grammar_fuzz.py
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+import time
 
+import httpx
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from tests.security.conftest import post_json
+from homeai.engine.runner import json_schema_grammar
+from homeai.tools import ToolError, response_format_grammar
+from tests.security.conftest import TIMEOUT, add_token, post_json, security_config
+from tests.security.weighing import Weigher
 
 pytestmark = pytest.mark.model
 
@@ -61,6 +68,10 @@ schemas = st.recursive(leaves, lambda inner: st.one_of(
     refs(inner)), max_leaves=12)
 
 
+def json_schema(schema) -> dict:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
 def tools(schema) -> list[dict]:
     return [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": schema}}}}]
 
@@ -103,6 +114,113 @@ def check_answer(http, route: str, schema) -> None:
 @example(schema={"enum": ["\U00072F8E"]}, route="ollama tools")
 def test_no_schema_crashes_the_daemon(http, schema, route):
     check_answer(http, route, schema)
+
+
+# ---- pattern shapes (issue 55): refused, or cheap to weigh, and bob's first token beside -------------
+
+PATTERN_EXAMPLES = int(os.environ.get("HOMEAI_PATTERN_EXAMPLES", "30"))
+ATOMS = ["a", "b", "ab", "[a-z]", "[a-df-z]", "[0-9]", ".", "[^a]", "-"]  # as llama.cpp reads them (no \\d)
+QUANTIFIERS = ["", "", "*", "+", "?", "{2}", "{1,3}", "{0,2}", "{2,}"]
+
+
+def quantified(inner: st.SearchStrategy) -> st.SearchStrategy:
+    return st.tuples(inner, st.sampled_from(QUANTIFIERS)).map("".join)
+
+
+shapes = st.recursive(quantified(st.sampled_from(ATOMS)), lambda inner: st.one_of(
+    st.lists(inner, min_size=2, max_size=3).map("".join),  # a sequence
+    quantified(st.lists(inner, min_size=2, max_size=3).map(lambda parts: f"({'|'.join(parts)})")),  # alternatives
+    quantified(inner.map(lambda part: f"({part})"))), max_leaves=8).map(lambda body: f"^{body}$")  # a group
+PLAIN = {"type": "string", "pattern": "^[a-z]+$"}
+BOB = {"model": "homeai", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4, "stream": True}
+
+
+def behind_a_const(pattern: str) -> dict:
+    return {"type": "object", "properties": {"k": {"const": "v"}, "x": {"type": "string", "pattern": pattern}},
+            "required": ["k", "x"]}
+
+
+@pytest.fixture(scope="module")
+def cfg(module_tmp):
+    """The suite's server, letting alice's answer run long enough (24 tokens) for bob's to start beside it."""
+    return security_config(module_tmp, max_output_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def weigher(runner):
+    return Weigher(runner)
+
+
+@pytest.fixture(scope="module")
+def bob(server, cfg):
+    headers = {"Authorization": f"Bearer {add_token(cfg, 'bob')}"}
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT, headers=headers) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def alice(server, token):
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT, headers={"Authorization": f"Bearer {token}"}) as client:
+        yield client
+
+
+def first_token_s(client: httpx.Client, body: dict, begun: threading.Event | None = None) -> float:
+    """Seconds to the first chunk that carries text (or ends the answer); `begun` is set then (or when
+    the request fails). The answer is read to its end."""
+    start, took = time.perf_counter(), None
+    try:
+        with client.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200, response.read()[:300]
+            for line in response.iter_lines():
+                choice = (json.loads(line[6:]).get("choices") or [{}])[0] if line.startswith("data: {") else {}
+                if took is None and (choice.get("delta", {}).get("content") or choice.get("finish_reason")):
+                    took = time.perf_counter() - start
+                    if begun is not None:
+                        begun.set()
+    finally:
+        if begun is not None:
+            begun.set()
+    return took if took is not None else time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def idle(bob, weigher) -> dict:
+    """bob's first token alone (the median of 3), and a plain pattern's weighing."""
+    return {"ttft": sorted(first_token_s(bob, BOB) for _ in range(3))[1],
+            "weigh": weigher.walk(json_schema_grammar(behind_a_const(PLAIN["pattern"])), 8)}
+
+
+@settings(max_examples=PATTERN_EXAMPLES, deadline=None, database=None, print_blob=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(pattern=shapes)
+@example(pattern="^(((((([a-z])+)+)+)+)+)+[a-z]{40}$")  # the issue's: ~8 s a token
+@example(pattern="^([a-df-z]|[a-df-z]|[a-df-z]|[a-df-z])+$")  # 5.3 s a token
+@example(pattern="^([a-z0-9-]+[.])+[a-z]{2,}$")  # a repetition in one, decided by the dot: taken
+def test_a_pattern_is_refused_or_cheap_and_bob_is_answered_beside_it(alice, bob, weigher, idle, pattern):
+    schema = behind_a_const(pattern)
+    try:
+        grammar = response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    except ToolError as refused:
+        event("pattern refused by the bounds")
+        response = post_json(alice, "/v1/chat/completions", {"model": "homeai", "messages": MESSAGES,
+                                                             "response_format": json_schema(schema)})
+        assert response.status_code == 400 and response.json()["error"]["param"] == refused.param, response.text[:300]
+        return
+    event("pattern taken")
+    # Along a walk through the const and into the pattern: generous beside a plain pattern (measured within 2x).
+    most = weigher.walk(grammar.text, 12)
+    assert most <= 10 * idle["weigh"] + 0.25, (pattern, most, idle)
+    # alice's answer under it, and bob's chat started once her first token is out.
+    begun, answered = threading.Event(), []
+    body = {"model": "homeai", "messages": MESSAGES, "max_tokens": 24, "stream": True,
+            "response_format": json_schema(schema)}
+    thread = threading.Thread(target=lambda: answered.append(first_token_s(alice, body, begun)))
+    thread.start()
+    begun.wait(TIMEOUT)
+    ttft = first_token_s(bob, BOB)
+    thread.join(TIMEOUT)
+    assert answered, pattern
+    assert ttft <= 10 * idle["ttft"] + 2.0, (pattern, ttft, idle)
 
 
 def test_the_daemon_answers_after_the_fuzz(http, server):
