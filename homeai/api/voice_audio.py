@@ -67,6 +67,7 @@ class SpokenAnswer:
 
     def __init__(self, session, speaking, voice: Voice, lane: str, ended_at: float):
         self.session, self.speaking, self.voice, self.lane, self.ended_at = session, speaking, voice, lane, ended_at
+        self.member = session.caller.key  # whose share of the speech-out pool (read now: the socket may close)
         self.pieces: asyncio.Queue = asyncio.Queue()
         self.task: asyncio.Task | None = None
         self.first_audio_ms: float | None = None
@@ -108,8 +109,7 @@ class SpokenAnswer:
         await self.session.send(event)
 
     async def _speak(self) -> None:
-        frames = self.speaking.speak_stream(self._text(), lane=self.lane, member=self.session.caller.key,
-                                            voice=self.voice.name)
+        frames = self.speaking.speak_stream(self._text(), lane=self.lane, member=self.member, voice=self.voice.name)
         try:
             async with contextlib.aclosing(frames):
                 async for pcm in frames:
