@@ -140,6 +140,27 @@ async def test_a_client_that_leaves_stops_the_synthesis(server, utterance, tts, 
     assert await poll(lambda: voice_idle(server) and tts.num_pending == 0)
 
 
+async def test_a_member_at_their_speech_cap_gets_the_written_answer_and_audio_done_saying_why(server, utterance,
+                                                                                               tts):
+    """The member's share of the speech-out pool is taken (their read-alouds elsewhere): the answer
+    is written as ever, and `response.audio.done` carries `tts_busy` naming the cap."""
+    cap = tts.admission.max_pending_per_member
+    async with voice_client(server) as client:
+        member = (await client.start(speak=True))["member"]
+        slots = [tts.open(member, 1) for _ in range(cap)]
+        try:
+            await speak_question(client, utterance)
+            messages = await listen(client, "response.done", "error")
+        finally:
+            for slot in slots:
+                slot.close()
+    assert kinds(messages)[-2:] == ["response.audio.done", "response.done"] and "frame" not in kinds(messages)
+    error = messages[-2]["error"]
+    assert error["code"] == "tts_busy" and f"tts.max_pending_per_member = {cap}" in error["message"], error
+    assert messages[-1]["text"]  # the written answer is unaffected
+    assert await poll(lambda: voice_idle(server) and tts.num_pending == 0)
+
+
 async def test_an_unknown_voice_is_refused_naming_the_field(server, tts):
     async with voice_client(server) as client:
         await client.send(type="session.start", sample_rate=16000, speak=True, voice="en_GB-nobody-low")

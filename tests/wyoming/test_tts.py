@@ -229,6 +229,26 @@ async def test_synthesis_needs_the_member_allowed_the_voice_lane(cfg, port, stt)
     assert_heard(stt, pcm, start.rate, SAID)
 
 
+async def test_wyoming_member_at_their_cap_is_told_so_and_the_connection_goes_on(tts, port, stt):
+    """Wyoming speaks as `wyoming.member`: its share of the speech-out pool is that member's, shared
+    with their other clients; at the cap a synthesis is an error event naming it."""
+    cap = tts.admission.max_pending_per_member
+    slots = [tts.open(MEMBER, 1) for _ in range(cap)]  # the member's read-alouds elsewhere
+    try:
+        async with connect(port) as client:
+            await client.write_event(Synthesize(text=SAID).event())
+            error = Error.from_event(await read(client))
+            assert error.code == "tts_busy" and f"tts.max_pending_per_member = {cap}" in error.text, error
+            await assert_still_served(client)
+    finally:
+        for slot in slots:
+            slot.close()
+    async with connect(port) as client:  # one ended: heard at once
+        await client.write_event(Synthesize(text=SAID).event())
+        start, pcm = await audio_stream(client)
+    assert_heard(stt, pcm, start.rate, SAID)
+
+
 async def test_a_client_that_leaves_stops_its_synthesis(started, tts, monkeypatch):
     server, port = started
     made = []  # one chunk per sentence piper synthesises
