@@ -16,8 +16,8 @@ So a pattern is taken only when its cost is bounded by construction:
   is taken, `(([a-z])+)+` (write `([a-z])+`), `(a|ab)+` and `(aa?)+` are not.
 * Outside repeated groups a choice may stay open, each open repetition a place the text may be
   split (`[a-z]*[a-z]*`): a token then costs a power of its length, not of the nesting. At most
-  `MAX_OPEN_REPEATS` repeated parts may take the same text at once (4 weighs like a plain pattern,
-  ~10 ms here; 6: 33 ms, 8: 120 ms).
+  `MAX_OPEN_REPEATS` repetitions of a chosen count may take the same characters at once (4 weighs
+  like a plain pattern, ~10 ms here; 6: 33 ms, 8: 120 ms); `[a-z]+@[a-z]+` has two, never open at once.
 * Nested counts multiply (`((a{30}){30}){30}` is 27,000 letters): their product is at most
   `[grammar] max_repeat`, and an alternation offers at most `[grammar] max_enum` branches at one place.
 
@@ -338,11 +338,14 @@ def _undecided(group: Node, part: Node, why: str) -> PatternError:
 
 def _open(node: Node, open_: tuple) -> tuple:
     """The repeated parts that may still be taking text after `node`, given those open before it: one
-    stays open past a character it may take too. Refuses more than MAX_OPEN_REPEATS open at once."""
-    if node.repeats:
-        return _at_most(node, (*open_, node))
-    if node.kind == "atom":
-        return tuple(r for r in open_ if overlap(r.every, node.chars))
+    whose count is the text's choice opens, and stays open past a character it may take too (a fixed
+    count, its inside decided, is read like a character). Refuses more than MAX_OPEN_REPEATS open at
+    once that may take the same character."""
+    if node.repeats and node.chooses:
+        before = open_ if node.nullable else tuple(r for r in open_ if overlap(r.every, node.every))
+        return _at_most(node, (*before, node))
+    if node.kind == "atom" or node.repeats:
+        return tuple(r for r in open_ if overlap(r.every, node.every))
     if node.kind == "seq":
         for part in node.parts:
             open_ = _open(part, open_)
@@ -352,7 +355,9 @@ def _open(node: Node, open_: tuple) -> tuple:
 
 
 def _at_most(node: Node, open_: tuple) -> tuple:
-    if len(open_) > MAX_OPEN_REPEATS:
-        raise PatternError(f"has more than {MAX_OPEN_REPEATS} repetitions that may take the same text at once "
-                           f"(up to {node.text[:60]!r}): llama.cpp weighs every way to split a token between them")
+    for r in open_:
+        if sum(overlap(q.every, r.every) for q in open_) > MAX_OPEN_REPEATS:
+            raise PatternError(f"has more than {MAX_OPEN_REPEATS} repetitions that may take the same text at "
+                               f"once (up to {node.text[:60]!r}): llama.cpp weighs every way to split a token "
+                               "between them")
     return open_
