@@ -107,7 +107,8 @@ class Runtime:
         from homeai.models import embedding_model, generation_model
 
         try:
-            runner = Runner(self.cfg.model, generation_model(self.cfg), embedding_model(self.cfg))
+            runner = Runner(self.cfg.model, generation_model(self.cfg), embedding_model(self.cfg),
+                            grammar=self.cfg.grammar)
         except Exception as exc:
             log.exception("the model could not be loaded")
             self.error = f"the model could not be loaded: {file_names_only(str(exc))}"

@@ -492,6 +492,8 @@ class Engine:
                 self.counters["steps"] += 1
                 self.counters["step_tokens"] += plan.num_tokens
                 try:
+                    if result.errors:  # (a dict, empty but for a grammar past its budget)
+                        self._end_failed(result.errors)
                     self._deliver(self.scheduler.update(plan, result, self.clock()))
                 except Exception as exc:  # a bug must fail its requests, not silently stop the loop
                     log.exception("step %d could not be recorded", plan.step_id)
@@ -564,6 +566,8 @@ class Engine:
                 self.counters["steps"] += 1
                 self.counters["step_tokens"] += plan.num_tokens
                 try:
+                    if result.errors:  # (a dict, empty but for a grammar past its budget)
+                        self._end_failed(result.errors)
                     if pending is None:
                         outputs = self.scheduler.update(plan, result, self.clock())
                     else:
@@ -675,6 +679,15 @@ class Engine:
         self._finished_waiting = self._interactive_waiting = False
         self._background_woken = now
         wake_all(streams)
+
+    def _end_failed(self, errors: dict[str, str]) -> None:
+        """Requests the runner ended with an error of their own (a grammar past its step budget),
+        ended before the step is settled as a failed step ends its requests; the step's others go on."""
+        for request_id, error in errors.items():
+            stream = self.streams.get(request_id)
+            self.scheduler.abort(request_id, "error", self.clock())
+            if stream is not None:
+                self._close(stream.request, "error", error)
 
     def _fail(self, plan: StepPlan, error: str) -> None:
         """A step that raised: the scheduler settles none of it and ends its requests; so do their streams."""

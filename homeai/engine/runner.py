@@ -15,9 +15,11 @@ the row's highest logit, read in place (llama.cpp's greedy pick, a tie to the lo
 copying the vocabulary into a candidate array: ~0.15 ms a row on the CPU). A request held to a
 grammar from its first token has llama.cpp's grammar sampler beside its chain: the chain's pick
 is checked against the grammar, and only a pick the grammar refuses pays for masking: the best-scored 256
-tokens first, the whole vocabulary only when they cannot give the same pick (llama.cpp's common
+tokens first, then further chunks in score order only while they cannot give the same pick (llama.cpp's common
 sampler checks the pick first too; masking first costs every token a pass over the vocabulary,
-~0.4 s against a 256-value enum on 2 cores). A grammar is built here only once the grammar
+~0.4 s against a 256-value enum on 2 cores). The clock is read between chunks: a request whose grammar
+takes longer than `[grammar] step_budget_ms` to pick a token ends with an error (`StepResult.errors`)
+instead of holding the shared step. A grammar is built here only once the grammar
 checker's process has built it (`homeai.engine.grammar_check`). A lazy grammar goes first in the chain: until its trigger it costs nothing there,
 and after it the call it holds is short.
 
@@ -58,6 +60,14 @@ log = logging.getLogger(__name__)
 
 class RunnerError(RuntimeError):
     """llama.cpp failed in a way the scheduler cannot work around (not a full KV cache)."""
+
+
+class GrammarOverBudget(Exception):
+    """A request's grammar took longer than the step budget to pick one token: that request ends."""
+
+    def __init__(self, took_s: float, budget_s: float):
+        super().__init__(f"its grammar took {took_s * 1000:.0f} ms to pick one token, more than "
+                         f"[grammar] step_budget_ms = {budget_s * 1000:g}: the answer ends here")
 
 
 class GrammarError(ValueError):
@@ -243,16 +253,34 @@ class _Candidates:
 
     def top_allowed(self, logits: np.ndarray, grammar, n: int, need: int):
         """The `n` best-scored tokens with those `grammar` refuses at -inf, when at least `need` of
-        them are allowed (else None): the chain then picks among them as it would among the whole
-        vocabulary masked, at a few hundredth of the cost (a 256-value enum: ~0.4 s a whole pass here)."""
-        top = np.argpartition(logits, -n)[-n:]
-        self.data["id"][:n] = top
-        self.data["logit"][:n] = logits[top]
-        self.data["p"][:n] = 0.0
+        them are allowed (else None, the array weighed left in place): the chain then picks among them
+        as it would among the whole vocabulary masked, at a few hundredth of the cost (a 256-value
+        enum: ~0.4 s a whole pass here)."""
+        top = np.argpartition(logits, -n)[-n:] if n < len(self.ids) else self.ids
+        return self.c if self.weigh(grammar, top, logits).sum() >= need else None
+
+    def weigh(self, grammar, ids: np.ndarray, logits: np.ndarray) -> np.ndarray:
+        """Whether `grammar` allows each of `ids` (llama.cpp weighs each candidate on its own: a
+        vocabulary weighed in chunks allows what it allows weighed whole)."""
+        k = len(ids)
+        self.data["id"][:k] = ids
+        self.data["logit"][:k] = logits[ids]
+        self.data["p"][:k] = 0.0
         self.c.data = self.data.ctypes.data_as(ll.llama_token_data_p)
-        self.c.size, self.c.selected, self.c.sorted = n, -1, False
+        self.c.size, self.c.selected, self.c.sorted = k, -1, False
         ll.llama_sampler_apply(grammar, ctypes.byref(self.c))
-        return self.c if np.isfinite(self.data["logit"][:self.c.size]).sum() >= need else None
+        return np.isfinite(self.data["logit"][:k])
+
+    def masked(self, ids: np.ndarray, logits: np.ndarray, allowed: np.ndarray):
+        """The candidates `ids` with what is not `allowed` at -inf: what the grammar's own pass over
+        them leaves (over the whole vocabulary in id order: exactly its pass over `fill`)."""
+        k = len(ids)
+        self.data["id"][:k] = ids
+        self.data["logit"][:k] = np.where(allowed, logits[ids], -np.inf)
+        self.data["p"][:k] = 0.0
+        self.c.data = self.data.ctypes.data_as(ll.llama_token_data_p)
+        self.c.size, self.c.selected, self.c.sorted = k, -1, False
+        return self.c
 
     def allows(self, grammar, token: int) -> bool:
         self.one[0] = (token, 1.0, 0.0)
@@ -396,9 +424,12 @@ def _gpu_free_bytes() -> int:
 class Runner:
     grammar_checker: GrammarChecker | None = None  # started at the first grammar (`check_grammar`)
 
-    def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None):
+    def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None,
+                 grammar: GrammarConfig | None = None):
         _init_backend()
         self.cfg = cfg
+        self.grammar_limits = grammar or GrammarConfig()
+        self.grammar_budget_s = self.grammar_limits.step_budget_ms / 1000.0  # one request's grammar, one token
         # 0: every core while the box is quiet, fewer while other processes keep cores busy (homeai.threads)
         self.core_watch = None if cfg.n_threads else CoreWatch()
         threads = cfg.n_threads or self.core_watch.threads()
@@ -567,7 +598,13 @@ class Runner:
                 out = 0
                 for item, row in zip(group, rows):
                     if item.sample:
-                        result.samples[item.request_id] = self._sample(ctx, item, row, outputs, out, best[out])
+                        try:
+                            sample = self._sample(ctx, item, row, outputs, out, best[out])
+                        except GrammarOverBudget as e:  # that request ends with an error, the step goes on
+                            log.warning("request %s: %s", item.request_id, e)
+                            result.errors[item.request_id] = str(e)
+                            sample = new_tuple(Sample, (0, True) + SAMPLE_REST)
+                        result.samples[item.request_id] = sample
                         out += 1
             if plan.batches[Pool.EMBED]:
                 self._embed(plan.batches[Pool.EMBED], result)
@@ -673,11 +710,15 @@ class Runner:
         accepts its pick: None, and nothing accepted, when the grammar allowed no token (llama.cpp
         aborts the process when a grammar accepts a token it refuses)."""
         cur = self.candidates.fill(logits)
+        start = time.perf_counter()  # (a lazy grammar weighs the whole vocabulary once triggered: timed, not cut)
         ll.llama_sampler_apply(chain, ctypes.byref(cur))
         if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
             return None
         token = cur.data[cur.selected].id
         ll.llama_sampler_accept(chain, token)
+        took = time.perf_counter() - start
+        if took > self.grammar_budget_s:
+            raise GrammarOverBudget(took, self.grammar_budget_s)
         return token
 
     def _sample_in_grammar(self, logits: np.ndarray, chain, grammar, params: SamplingParams) -> int | None:
@@ -686,37 +727,82 @@ class Runner:
         at least top_k of them allowed and no penalty; else of the whole vocabulary); both samplers
         then accept it. None, and nothing accepted, when the grammar allows no token at all (a
         schema's character the vocabulary cannot write: SmolLM2's has no token starting with the
-        bytes 0xF1 or 0xF2; llama.cpp would abort the process on accepting a refused token)."""
+        bytes 0xF1 or 0xF2; llama.cpp would abort the process on accepting a refused token).
+        GrammarOverBudget when the grammar's part (the check, the weighing, its accept) took longer
+        than the step budget."""
         cur = self.candidates.fill(logits)
         ll.llama_sampler_apply(chain, ctypes.byref(cur))
         token = cur.data[cur.selected].id
+        start = time.perf_counter()
         if not self.candidates.allows(grammar, token):
-            need = _allowed_needed(params)
-            cur = need and self.candidates.top_allowed(logits, grammar, min(WEIGHED_FIRST, self.n_vocab), need)
-            if not cur:
-                cur = self.candidates.fill(logits)
-                ll.llama_sampler_apply(grammar, ctypes.byref(cur))
+            cur = self._weigh(logits, grammar, _allowed_needed(params), start)
             ll.llama_sampler_apply(chain, ctypes.byref(cur))
             if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
                 return None
             token = cur.data[cur.selected].id
-        ll.llama_sampler_accept(grammar, token)
+        ll.llama_sampler_accept(grammar, token)  # (with many stacks, costly too: timed with the rest)
+        took = time.perf_counter() - start
+        if took > self.grammar_budget_s:
+            raise GrammarOverBudget(took, self.grammar_budget_s)
         ll.llama_sampler_accept(chain, token)
         return token
 
-    def check_grammar(self, grammar: Grammar, timeout_s: float) -> str | None:
-        """Why llama.cpp cannot take `grammar` within `timeout_s` (None: it can), tried in the grammar
-        checker's process (`homeai.engine.grammar_check`), never first in this one."""
+    def _weigh(self, logits: np.ndarray, grammar, need: int, start: float):
+        """The candidates the chain picks among once it knows its pick is refused: the best-scored
+        tokens weighed so far when `need` of them are allowed (the chain's pick among them is its pick
+        among all the allowed ones), else the whole vocabulary with what the grammar refuses at -inf.
+        Weighed in chunks, in score order (the best `WEIGHED_FIRST` first), each sized from the
+        last's time to end within the budget, the clock read between them: GrammarOverBudget once
+        the budget since `start` is spent."""
+        cands, n_vocab, budget = self.candidates, self.n_vocab, self.grammar_budget_s
+        per_token = max(time.perf_counter() - start, 1e-6)  # one candidate's weighing (the pick's check), at most
+        n = min(WEIGHED_FIRST, n_vocab, max(16, int(budget / 4 / per_token)))
+        began = time.perf_counter()
+        cur = cands.top_allowed(logits, grammar, n, need or n + 1)  # (need 0: never enough, weigh on)
+        if cur is not None:
+            return cur
+        first, ok = cands.data["id"][:n].copy(), np.isfinite(cands.data["logit"][:n])
+        found = int(ok.sum())
+        allowed = np.zeros(n_vocab, dtype=bool)
+        allowed[first] = ok
+        weighed = np.zeros(n_vocab, dtype=bool)
+        weighed[first] = True
+        order = np.argsort(-logits, kind="stable") if need else cands.ids  # (no early end: any order will do)
+        rest = order[~weighed[order]]
+        pos, size = 0, n
+        while pos < len(rest):
+            now = time.perf_counter()
+            per_token, left = max((now - began) / size, 1e-8), start + budget - now
+            if left <= 0:
+                raise GrammarOverBudget(now - start, budget)
+            size = int(min(len(rest) - pos, CHUNK, max(16, left / 2 / per_token)))
+            chunk = rest[pos:pos + size]
+            began = time.perf_counter()
+            ok = cands.weigh(grammar, chunk, logits)
+            allowed[chunk] = ok
+            found += int(ok.sum())
+            pos += size
+            if need and found >= need and pos < len(rest):
+                prefix = np.concatenate((first, rest[:pos]))
+                return cands.masked(prefix, logits, allowed[prefix])
+        return cands.masked(cands.ids, logits, allowed)
+
+    def check_grammar(self, grammar: Grammar, timeout_s: float, member: str = "") -> str | None:
+        """Why llama.cpp cannot take `grammar` within `timeout_s` (None: it can), tried in a grammar
+        checker's process (`homeai.engine.grammar_check`), never first in this one; `member`'s
+        checks take their turn with the others' (GrammarBusy: `member` has too many waiting)."""
         with _checker_lock:
             if self.grammar_checker is None:
-                self.grammar_checker = GrammarChecker(self.info.path)
-        return self.grammar_checker.check(grammar.text, grammar.root, timeout_s)
+                limits = self.grammar_limits
+                self.grammar_checker = GrammarChecker(self.info.path, max_token_ms=limits.max_token_ms,
+                                                      max_pending=limits.max_pending_checks_per_member)
+        return self.grammar_checker.check(grammar.text, grammar.root, timeout_s, member)
 
     def grammar_ok(self, grammar: Grammar) -> bool:
         """Whether llama.cpp parses `grammar`: checked when a request is submitted, since a grammar
         that fails in the middle of a step would fail the step's other requests too. It is tried
         in the checker's process first (its answer is kept: the routes asked it already)."""
-        if self.check_grammar(grammar, GrammarConfig.build_timeout_s) is not None:
+        if self.check_grammar(grammar, self.grammar_limits.build_timeout_s) is not None:
             return False
         sampler = grammar_sampler(self.vocab, grammar)  # its trigger patterns too
         if not sampler:
@@ -793,6 +879,7 @@ class Runner:
 
 
 WEIGHED_FIRST = 256  # tokens weighed against a grammar before the whole vocabulary is
+CHUNK = 4096  # the most tokens weighed between two readings of the clock (~1/12 of SmolLM2's vocabulary)
 
 
 def _allowed_needed(params: SamplingParams) -> int:
@@ -1012,9 +1099,9 @@ CHECK_STACK_BYTES = 1 << 20  # the checker builds grammars on a stack smaller th
 
 def grammar_worker(model_path: str, conn) -> None:
     """The grammar checker's process (`homeai.engine.grammar_check`): the model's vocabulary only;
-    for each (text, root, steps, budget_s) received, why llama.cpp cannot take the grammar ("": it
-    can). llama.cpp's messages (a refused grammar's whole text among them) go to a scratch file,
-    of which the first line is the reason."""
+    for each (text, root, walks, walk_tokens, budget_s, max_token_ms) received, why llama.cpp cannot
+    take the grammar ("": it can). llama.cpp's messages (a refused grammar's whole text among them)
+    go to a scratch file, of which the first line is the reason."""
     scratch = tempfile.TemporaryFile()
     os.dup2(scratch.fileno(), 2)
     _init_backend()
@@ -1022,18 +1109,18 @@ def grammar_worker(model_path: str, conn) -> None:
     params.vocab_only = True
     model = ll.llama_model_load_from_file(model_path.encode(), params)
     vocab = ll.llama_model_get_vocab(model)
-    candidates = _Candidates(ll.llama_vocab_n_tokens(vocab))
+    walker = _Walker(vocab)
     conn.send("ready")
 
     def serve() -> None:
         while True:
             try:
-                text, root, steps, budget_s = conn.recv()
+                text, root, walks, walk_tokens, budget_s, max_token_ms = conn.recv()
             except EOFError:
                 return
             scratch.seek(0)
             scratch.truncate()
-            why = _try_grammar(vocab, candidates, text, root, steps, budget_s)
+            why = _try_grammar(walker, text, root, walks, walk_tokens, budget_s, max_token_ms)
             conn.send(_first_line(scratch) if why == "" else why or "")
 
     threading.stack_size(CHECK_STACK_BYTES)
@@ -1042,33 +1129,82 @@ def grammar_worker(model_path: str, conn) -> None:
     thread.join()
 
 
-def _try_grammar(vocab, candidates: _Candidates, text: str, root: str, steps: int, budget_s: float) -> str | None:
-    """Build the grammar and walk `steps` tokens (each weighed against the whole vocabulary, then one
-    of those it allows taken at random): why not; None when it went, "" when llama.cpp refused it."""
+CLOSING = frozenset('"]},')  # a token holding one of these ends a string, an array or an object
+RETRIES = 2  # a weighing a little past the limit is repeated (one slowed by a cache or page miss: 66 ms, then 22)
+
+
+class _Walker:
+    """What the checker walks a grammar with: the vocabulary's candidates, each token's length, which
+    end something (a string, an array, an object), and which end generation."""
+
+    def __init__(self, vocab):
+        n = ll.llama_vocab_n_tokens(vocab)
+        self.vocab, self.candidates = vocab, _Candidates(n)
+        texts = [_token_text(vocab, t) for t in range(n)]
+        self.length = np.array([len(t) for t in texts], dtype=np.int32)
+        self.closing = np.array([bool(CLOSING.intersection(t)) for t in texts])
+        self.eog = np.array([bool(ll.llama_vocab_is_eog(vocab, t)) for t in range(n)])
+        self.logits = np.random.default_rng(0).random(n, dtype=np.float32)
+
+    def weigh(self, sampler) -> tuple[np.ndarray, float]:
+        """The tokens the grammar allows, from a pass over the whole vocabulary (a part cannot tell
+        its cost: it lies in a few paths through the tokens' characters, not in their number), and
+        the pass's CPU time in ms (its thread's own: the box's other work does not count)."""
+        ids = self.candidates.ids
+        began = time.thread_time()
+        ok = self.candidates.weigh(sampler, ids, self.logits)
+        return ids[ok], (time.thread_time() - began) * 1000.0
+
+    def choose(self, allowed: np.ndarray, rng) -> int:
+        """A token that moves the walk on: one that ends a string or container, the longest, or any."""
+        roll = rng.random()
+        closing = allowed[self.closing[allowed]]
+        if roll < 0.4 and len(closing):
+            return int(closing[rng.integers(len(closing))])
+        if roll < 0.7:
+            lengths = self.length[allowed]
+            longest = allowed[lengths >= lengths.max()]
+            return int(longest[rng.integers(len(longest))])
+        return int(allowed[rng.integers(len(allowed))])
+
+
+def _try_grammar(walker: _Walker, text: str, root: str, walks: int, walk_tokens: int, budget_s: float,
+                 max_token_ms: float) -> str | None:
+    """Build the grammar and walk it `walks` times, each up to `walk_tokens` tokens or its end, for at
+    most half of `budget_s` in all, each token weighed against the whole vocabulary (timed) and one
+    chosen to move on (`_Walker.choose`). Why not (a token's weighing or taking past `max_token_ms`,
+    the build past `budget_s`); None when it went, "" when llama.cpp refused it."""
     start = time.perf_counter()
-    sampler = ll.llama_sampler_init_grammar(vocab, text.encode("utf-8"), root.encode("utf-8"))
+    sampler = ll.llama_sampler_init_grammar(walker.vocab, text.encode("utf-8"), root.encode("utf-8"))
     if not sampler:
         return ""
     rng = np.random.default_rng(len(text))
-    logits = rng.random(len(candidates.ids), dtype=np.float32)
     try:
-        for _ in range(steps):
-            if time.perf_counter() - start > budget_s:
-                break
-            cur = candidates.fill(logits)
-            ll.llama_sampler_apply(sampler, ctypes.byref(cur))
-            allowed = np.flatnonzero(np.isfinite(candidates.data["logit"][:cur.size]))
-            if not len(allowed):
-                break
-            token = int(candidates.data["id"][allowed[rng.integers(len(allowed))]])
-            if ll.llama_vocab_is_eog(vocab, token):
-                break
-            ll.llama_sampler_accept(sampler, token)
+        for walk in range(walks):
+            if walk:  # each walk from the start
+                ll.llama_sampler_reset(sampler)
+            for _ in range(walk_tokens):
+                if time.perf_counter() - start > budget_s / 2:
+                    break  # walked as far as the time allows
+                allowed, ms = walker.weigh(sampler)
+                for _ in range(RETRIES if max_token_ms < ms < 4 * max_token_ms else 0):  # the least counts
+                    ms = min(ms, walker.weigh(sampler)[1])
+                if ms > max_token_ms:
+                    return (f"llama.cpp took {ms:.0f} ms to weigh one token of it against the vocabulary "
+                            f"(at most {max_token_ms:g} ms: [grammar] max_token_ms)")
+                moving = allowed[~walker.eog[allowed]]
+                if not len(moving):
+                    break  # its end (or a place no token can write)
+                before = time.thread_time()
+                ll.llama_sampler_accept(sampler, walker.choose(moving, rng))
+                ms = (time.thread_time() - before) * 1000.0
+                if ms > max_token_ms:
+                    return f"llama.cpp took {ms:.0f} ms to take one token of it (at most {max_token_ms:g} ms)"
     finally:
         ll.llama_sampler_free(sampler)
     took = time.perf_counter() - start
     if took > budget_s:
-        return f"llama.cpp took {took:.1f} s to build it and weigh its first tokens (at most {budget_s:g} s)"
+        return f"llama.cpp took {took:.1f} s to build it and weigh its tokens (at most {budget_s:g} s)"
     return None
 
 

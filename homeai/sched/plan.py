@@ -133,6 +133,9 @@ class StepResult:
     embeddings: dict[str, object] = field(default_factory=dict)
     elapsed_ms: float = 0.0
     no_kv_slot: bool = False  # llama_decode found no KV slot: nothing of this step was kept
+    # Requests the runner ended with an error of their own, and why (a grammar past its step budget):
+    # each has an end-of-generation sample, and the engine ends it as a failed step ends its requests
+    errors: dict[str, str] = field(default_factory=dict)
 
 
 class Output(NamedTuple):
