@@ -186,7 +186,7 @@ class VoiceSession:
         speech = self.speech
         limit_s = speech.max_utterance_s()  # no speech model: the error says why
         voice = voice_for(self.speaking, settings)  # speaking without speech synthesis, or an unknown voice
-        await self.service.check_tools(settings.tools, settings.tool_choice)  # refused here, not at the first question
+        await self.service.check_tools(settings.tools, settings.tool_choice, self.caller)  # refused here, not at the first question
         await asyncio.to_thread(check_conversation, self.runtime, self.caller, settings.conversation_id)
         await self.cancel_turn("cancelled")
         self.settings, self.limit_s, self.voice = settings, limit_s, voice

@@ -141,15 +141,19 @@ class Service:
         self.check_limits(max_tokens=ask.sampling.max_tokens, num_messages=num_messages,
                           max_tokens_param=ask.sampling.max_tokens_param)
 
-    async def check_tools(self, tools: list | None, tool_choice=None) -> None:
+    async def check_tools(self, tools: list | None, tool_choice=None, caller: Caller | None = None) -> None:
         """Refuse tools that would be refused at the first question (a 400 `invalid_tools`, the
-        message naming the field), so a session can refuse them when it starts."""
+        message naming the field), so a session can refuse them when it starts (checked in `caller`'s
+        turn: a 429 `grammar_busy` as it is)."""
         runner = self.engine().runner
         try:
             plan = await asyncio.to_thread(prompts.tool_plan, runner, tools, tool_choice)
             if plan is not None:
-                await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, None, "openai")
+                await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, None, "openai",
+                                        caller.key if caller is not None else "")
         except ServiceError as e:
+            if e.status == 429:
+                raise
             raise ServiceError(400, e.message, code="invalid_tools", param=e.param) from None
 
     # ---- answers ----------------------------------------------------------------------------
@@ -163,7 +167,7 @@ class Service:
         engine = self.engine()
         model = self.model(ask.model, "generate")
         runner = engine.runner
-        plan, grammar = await self._plan(runner, ask)
+        plan, grammar = await self._plan(runner, ask, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
@@ -172,15 +176,15 @@ class Service:
         return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
                       citations=citations)
 
-    async def _plan(self, runner, ask: ChatAsk):
+    async def _plan(self, runner, ask: ChatAsk, member: str):
         """The tool plan and the grammar the reply is held to, built off the loop (large schemas take
-        a while to validate, and a grammar up to `[grammar] build_timeout_s` to check)."""
+        a while to validate, and a grammar up to `[grammar] build_timeout_s` to check, in `member`'s turn)."""
         plan = await asyncio.to_thread(prompts.tool_plan, runner, ask.tools, ask.tool_choice, ask.parallel_tool_calls)
         if plan is not None and ask.structured not in (None, {"type": "text"}):
             param = "format" if ask.structured_kind == "ollama" else "response_format"
             raise ServiceError(400, f"{param} cannot be combined with tools", code="invalid_value", param=param)
         grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, ask.structured,
-                                          ask.structured_kind)
+                                          ask.structured_kind, member)
         return plan, grammar
 
     async def complete(self, ask: CompletionAsk, caller: Caller) -> Answer:
@@ -191,7 +195,7 @@ class Service:
         model = self.model(ask.model, "generate")
         runner = engine.runner
         grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, None, ask.structured,
-                                          ask.structured_kind)
+                                          ask.structured_kind, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
 
         def prompt():

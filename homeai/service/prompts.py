@@ -11,6 +11,7 @@ from __future__ import annotations
 from homeai import tools
 from homeai.config import GrammarConfig
 from homeai.engine.engine import PromptTooLong
+from homeai.engine.grammar_check import GrammarBusy
 from homeai.sched.request import Grammar
 from homeai.service.errors import ServiceError
 from lanes import chat as chat_lane
@@ -43,9 +44,11 @@ def chat_template(runner, plan: tools.ToolPlan | None):
     return lambda messages: runner.apply_chat_template(plan.messages(messages), plan.template_tools())
 
 
-def grammar(runner, limits: GrammarConfig, plan: tools.ToolPlan | None, structured, kind: str) -> Grammar | None:
+def grammar(runner, limits: GrammarConfig, plan: tools.ToolPlan | None, structured, kind: str,
+            member: str = "") -> Grammar | None:
     """The tools' grammar, else the structured output's (`kind` "openai": a `response_format`;
-    "ollama": a `format`), bounded and checked; None for free text."""
+    "ollama": a `format`), bounded and checked in `member`'s turn (a 429 `grammar_busy` when
+    `member` has `[grammar] max_pending_checks_per_member` new grammars being checked); None for free text."""
     if plan is not None:
         make = plan.grammar
     elif kind == "ollama":
@@ -55,9 +58,11 @@ def grammar(runner, limits: GrammarConfig, plan: tools.ToolPlan | None, structur
         def make(bounds):
             return tools.response_format_grammar(structured, bounds)
     try:
-        return tools.checked_grammar(make, runner, limits)
+        return tools.checked_grammar(make, runner, limits, member)
     except tools.ToolError as e:
         raise tool_error(e) from None
+    except GrammarBusy as e:
+        raise ServiceError(429, str(e), code="grammar_busy", headers={"Retry-After": "1"}) from None
 
 
 def chat_tokens(runner, messages: list[dict], plan: tools.ToolPlan | None, *, docs: str = "",

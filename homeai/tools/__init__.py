@@ -34,13 +34,16 @@ def plan(tools: list | None, tool_choice: Any = None, parallel_tool_calls: bool 
     return ToolPlan(chosen, for_template(template_source)) if chosen is not None else None
 
 
-def checked_grammar(make: Callable[[GrammarConfig], Grammar | None], runner, limits: GrammarConfig) -> Grammar | None:
+def checked_grammar(make: Callable[[GrammarConfig], Grammar | None], runner, limits: GrammarConfig,
+                    member: str = "") -> Grammar | None:
     """`make(limits)`, the request's grammar within the `[grammar]` limits, once the runner's grammar
-    checker has built it within `limits.build_timeout_s` (a blocking call: run it off the event loop).
+    checker has built it within `limits.build_timeout_s` (a blocking call: run it off the event loop),
+    in `member`'s turn (the caller's fair-share key: a member's new grammars wait behind each other,
+    not in front of another's; the checker's GrammarBusy when `member` has too many waiting).
     Raises ToolError naming the field; a refused grammar is logged in one short line."""
     try:
         grammar = make(limits)
-        reason = runner.check_grammar(grammar, limits.build_timeout_s) if grammar is not None else None
+        reason = runner.check_grammar(grammar, limits.build_timeout_s, member) if grammar is not None else None
         if reason:
             raise ToolError(reason, grammar.param)
         return grammar
