@@ -5,8 +5,9 @@ token by walking its characters down every stack that takes them, each way that 
 trying the next one anew: a token costs the number of ways its characters can be read. A repetition
 nested in a repetition (`(([a-z])+)+`) reads the same letters in exponentially many ways (8x a
 level: 17 ms, 150 ms, 1.2 s a token at depths 3, 4, 5; 260 s at depth 8), and so does an
-alternation whose branches take the same characters, repeated (`([a-z]|[a-z]|[a-z]|[a-z])+`: 5.3 s).
-So a pattern is taken only when its cost is bounded by construction:
+alternation whose branches take the same characters, repeated
+(`([a-df-z]|[a-df-z]|[a-df-z]|[a-df-z])+`: 5.6 s). So a pattern is taken only when its cost is
+bounded by construction:
 
 * Inside a repeated group (`*`, `+`, `{n}`, `{m,}`, `{m,n}` with n > 1) every choice is decided by
   the next character: the group does not match the empty text; its alternatives start with
@@ -89,21 +90,21 @@ class Node:
     first: tuple = field(init=False)  # the characters it may start with
     every: tuple = field(init=False)  # every character it may take
 
-    def __post_init__(self):
-        parts, set_ = self.parts, object.__setattr__
+    def __post_init__(self):  # what the rules ask of a part, worked out once, from its parts'
+        parts = self.parts
         if self.kind == "atom":
-            set_(self, "nullable", False), set_(self, "first", self.chars), set_(self, "every", self.chars)
-            return
-        set_(self, "every", union(*(p.every for p in parts)))
-        if self.kind == "alt":
-            set_(self, "nullable", any(p.nullable for p in parts))
-            set_(self, "first", union(*(p.first for p in parts)))
+            nullable, first, every = False, self.chars, self.chars
+        elif self.kind == "alt":
+            nullable, first = any(p.nullable for p in parts), union(*(p.first for p in parts))
         elif self.kind == "seq":
-            set_(self, "nullable", all(p.nullable for p in parts))
-            set_(self, "first", starts(parts, ()))
+            nullable, first = all(p.nullable for p in parts), starts(parts, ())
         else:
-            set_(self, "nullable", self.low == 0 or self.high == 0 or parts[0].nullable)
-            set_(self, "first", () if self.high == 0 else parts[0].first)
+            nullable = self.low == 0 or self.high == 0 or parts[0].nullable
+            first = () if self.high == 0 else parts[0].first
+        if self.kind != "atom":
+            every = union(*(p.every for p in parts))
+        for name, value in (("nullable", nullable), ("first", first), ("every", every)):
+            object.__setattr__(self, name, value)
 
     @property
     def repeats(self) -> bool:
@@ -163,8 +164,8 @@ class _Reader:
             return None
         end = self.p.find("}", self.i)
         numbers = [n.strip() for n in self.p[self.i + 1:end].split(",")] if end > 0 else []
-        if not 1 <= len(numbers) <= 2 or not all(n.isdigit() for n in numbers if n) or not numbers[0] + "".join(numbers[1:]):
-            return None  # not a count: the converter refuses it
+        if not 1 <= len(numbers) <= 2 or not all(n.isdigit() for n in numbers if n) or numbers == [""]:
+            return None  # not a count: the converter refuses it (it reads `{,}` as `*`, and so does this)
         self.i = end + 1
         low = _number(numbers[0]) if numbers[0] else 0
         return (low, low) if len(numbers) == 1 else (low, _number(numbers[1]) if numbers[1] else None)

@@ -33,17 +33,19 @@ REFUSED = {
     "optional inside": ("^(aa?)+$", "could also come after it"),
     "empty alternative": ("^(a|)+$", "may match nothing"),
     "optional group repeated": ("^(a?){0,999}$", "may match nothing"),
+    "counts as the converter reads them": ("^(a{,}){,}$", "may match nothing"),  # (a*)*, not text
     "open repetitions": ("^" + "[a-z]*" * (MAX_OPEN_REPEATS + 1) + "$", "same text at once"),
     "open in alternatives": ("^(" + "|".join(["[a-z]+"] * (MAX_OPEN_REPEATS + 1)) + ")$", "same text at once"),
     "count product": ("^((a{30}){30}){30}$", "max_repeat"),
     "deep groups": ("^" + "(" * 100 + "a" + ")" * 100 + "$", "groups"),
     "wide alternation": ("^(" + "|".join(f"w{i}" for i in range(LIMITS.max_enum + 1)) + ")$", "max_enum"),
 }
+# As llama.cpp reads them: no \\d, no \\. (the bounds take those too; llama.cpp refuses its grammar then).
 TAKEN = ["^[a-z]+$", "^([0-9]{3}-)?[0-9]{4}$", "^[0-9]{4}-[0-9]{2}-[0-9]{2}$", "^[^@]+@[^@]+[.][a-z]{2,}$", "^.+@.+$",
          "^([a-z0-9-]+[.])+[a-z]{2,}$", "^([0-9]{1,3}[.]){3}[0-9]{1,3}$", "^([0-9]+,)*[0-9]+$", "^(ab?)+$", "^(x|y)*$",
          "^(cat|dog)+$", "^[A-Z][a-z]+( [A-Z][a-z]+)*$", "^" + "[a-z]*" * MAX_OPEN_REPEATS + "$", "^.{2,20}$",
          "^[0-9]{1,2}:[0-9]{2}( ?[ap]m)?$", "^#[0-9a-fA-F]{6}$", "^[a-z]{2}[a-z]{3}[a-z]{4}[a-z]{5}[a-z]{6}$",
-         "^" + "[a-z]+[0-9]+" * MAX_OPEN_REPEATS + "[a-z]+$", "^(" + "|".join("abcde") + ")+$"]  # as llama.cpp reads them: no \\d, no \\.
+         "^" + "[a-z]+[0-9]+" * MAX_OPEN_REPEATS + "[a-z]+$", "^(" + "|".join("abcde") + ")+$"]
 
 
 def schema_of(pattern: str) -> dict:
