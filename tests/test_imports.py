@@ -38,7 +38,7 @@ FLOORS = (
     ("scheduler, store", ("homeai.sched", "homeai.store")),
     ("config", ("homeai.config", "homeai.pull")),
     ("ground", ("lanes", "homeai.wire", "homeai.cron", "homeai.catalog", "homeai.gguf_header", "homeai.threads",
-                "homeai.logs", "homeai")),
+                "homeai.logs", "homeai.heap", "homeai")),
 )
 ALEMBIC = "homeai.store.migrations"  # scripts Alembic loads itself (env.py needs its context): read, not imported
 

@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import ipaddress
 import logging
 import os
 import time
 from collections import Counter
 
+from homeai.heap import TrimSoon
 from homeai.wyoming.advertise import Advertisement
 from homeai.wyoming.framing import Event, encode
 from homeai.wyoming.session import Session
@@ -39,7 +38,6 @@ log = logging.getLogger("homeai.wyoming")
 CLOSE_TIMEOUT_S = 5.0  # how long closing one connection may wait for the client's side
 REFUSAL_LOG_S = 60.0  # refused connections are logged once in this long, with their count
 LINGER_S = 2.0  # a refused connection's input is read and dropped this long at most, before it is closed
-TRIM_DELAY_S = 1.0  # after a connection closes, the free heap is handed back this much later (once for a burst)
 
 
 class WyomingServer:
@@ -53,7 +51,7 @@ class WyomingServer:
         self._per_address: Counter[str] = Counter()  # sessions open, by client address
         self._refused = RefusalLog()
         self._lingering = 0  # refused connections being closed
-        self._trim: asyncio.TimerHandle | None = None
+        self._trim_soon = TrimSoon()  # after a connection closes, the free heap is handed back (homeai.heap)
         self.advertisement: Advertisement | None = None
 
     async def start(self) -> WyomingServer:
@@ -81,8 +79,7 @@ class WyomingServer:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
         await self._server.wait_closed()
-        if self._trim is not None:
-            self._trim.cancel()
+        self._trim_soon.cancel()
 
     def allows(self, address: str) -> bool:
         if not self.allowed:
@@ -161,15 +158,6 @@ class WyomingServer:
                 del self._per_address[address]
             self._trim_soon()
 
-    def _trim_soon(self) -> None:
-        """Hand the free heap back to the system shortly, once for a burst of closed connections."""
-        if self._trim is None:
-            self._trim = asyncio.get_running_loop().call_later(TRIM_DELAY_S, self._trim_now)
-
-    def _trim_now(self) -> None:
-        self._trim = None
-        asyncio.get_running_loop().run_in_executor(None, release_free_memory)  # it walks the heap: off the loop
-
 
 async def _drop_input(reader: asyncio.StreamReader) -> None:
     while await reader.read(65536):
@@ -189,22 +177,3 @@ class RefusalLog:
         if now - self.last >= REFUSAL_LOG_S:
             log.warning("wyoming: refused %d connection(s), the last from %s: %s", self.count, address, reason)
             self.count, self.last = 0, now
-
-
-def release_free_memory() -> None:
-    """glibc's malloc_trim(0): freed heap pages go back to the system (a no-op where there is none).
-    Audio buffers of a few MB live in the heap once glibc's mmap threshold has risen past them."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _libc():
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
-        return libc
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
-        return None
-
-
-_LIBC = _libc()
