@@ -11,6 +11,7 @@ from pathlib import Path
 
 from homeai import __version__, threads
 from homeai import catalog
+from homeai.api.connections import Caps
 from homeai.config import Config
 from homeai.gguf_header import context_length, kv_bytes_per_cell, metadata
 from homeai.models import embedded_gguf, embedding_model, generation_model
@@ -68,6 +69,10 @@ def facts(cfg: Config) -> dict:
         out["database"] = url.split("@")[-1]
     out["listen"] = f"{cfg.server.host}:{cfg.server.port} (auth {'required' if cfg.auth.required else 'off'})"
     out["memory"], out["warnings"] = _memory_facts(cfg, backend["gpu_offload"])
+    caps = Caps.of(cfg.server)  # each connection is an open file: the caps stay below the limit
+    out["connections"] = caps.describe()
+    if caps.warning() is not None:
+        out["warnings"].append(caps.warning())
     return out
 
 
@@ -197,7 +202,7 @@ def render(info: dict) -> str:
               "model": "generation model", "chat_template": "chat template", "kv_caches": "KV caches",
               "embedding_model": "embedding model",
               "speech_model": "speech model", "tts_voice": "speech out (piper voice)", "data_dir": "data directory", "database": "database",
-              "listen": "listens on", "memory": "model memory"}
+              "listen": "listens on", "connections": "HTTP connections", "memory": "model memory"}
     lines = []
     for key, label in labels.items():
         value = info[key]

@@ -21,6 +21,7 @@ from homeai.api import audio_speech, errors, health, household, jobs, lanes, met
 from homeai.api import ollama as ollama_routes
 from homeai.api import ollama_manage
 from homeai.api import openai as openai_routes
+from homeai.api.auth import HeadAuth
 from homeai.api.limits import BodyLimit
 from homeai.api.origin import SameSiteMiddleware
 from homeai.api.revocation import RevocationMiddleware, Revocations
@@ -64,6 +65,7 @@ def create_app(cfg: Config, *, runner=None, stt=None, tts=None) -> FastAPI:
     for module in (health, openai_routes, ollama_manage, ollama_routes, lanes, metrics, transcriptions,
                    audio_speech, voice, household, jobs, web):
         app.include_router(module.router)
+    app.add_middleware(HeadAuth)  # innermost: a 401 from the head, before any body is read, with CORS's headers
     app.add_middleware(RevocationMiddleware, revocations=app.state.revocations)
     if cfg.server.cors_origins:  # without the middleware, browsers keep to the same origin
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.server.cors_origins), allow_methods=["*"],

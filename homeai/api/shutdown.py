@@ -138,10 +138,9 @@ def serve(app, cfg: Config, *, log_level: str = "info") -> int:
 
 def make_server(app, cfg: Config, *, log_level: str = "info") -> GracefulServer:
     """The server `serve` runs: uvicorn's, draining on SIGTERM, stopping when the engine dies."""
-    config = uvicorn.Config(app, host=cfg.server.host, port=cfg.server.port, log_level=log_level,
-                            log_config=logs.config(log_level),  # every line with its tokens redacted
-                            http=http_server.protocol(cfg.server.header_timeout_s),  # a slow head is dropped
-                            timeout_graceful_shutdown=FINAL_WAIT_S, ws_max_size=cfg.server.max_ws_message_bytes)
+    config = http_server.uvicorn_config(app, cfg, log_level=log_level,  # heads and bodies timed, connections capped
+                                        log_config=logs.config(log_level),  # every line with its tokens redacted
+                                        timeout_graceful_shutdown=FINAL_WAIT_S)
     server = GracefulServer(config, app, cfg.server.shutdown_grace_s)
     app.state.runtime.on_fatal.append(server.fatal)
     return server

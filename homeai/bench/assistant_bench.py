@@ -307,9 +307,12 @@ def _serving(app):
     """`app` under uvicorn in a thread on a free loopback port; yields its URL."""
     import uvicorn
 
+    from homeai.api.http_server import uvicorn_config
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+    server = uvicorn.Server(uvicorn_config(app, app.state.runtime.cfg, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=5))  # `homeai serve`'s deadlines and caps
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="bench-server", daemon=True)
     thread.start()
     while not server.started:

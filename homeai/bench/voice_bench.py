@@ -292,9 +292,11 @@ class BackgroundLoad:
 def _serving(app):
     import uvicorn
 
+    from homeai.api.http_server import uvicorn_config
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app, app.state.runtime.cfg, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="bench-server", daemon=True)
     thread.start()
     while not server.started:

@@ -71,7 +71,8 @@ def warm_up(url: str) -> None:
 
 def test_a_few_hundred_concurrent_requests_are_answered_or_refused_and_memory_comes_back(tmp_path):
     lanes = {lane: {"max_queue": n} for lane, n in MAX_QUEUE.items()}
-    with homeai_serve(tmp_path, lanes=lanes) as served:
+    with homeai_serve(tmp_path, lanes=lanes,
+                      server={"max_connections_per_address": 512}) as served:  # every request from one address
         warm_up(served.url)
         rss_before = served.rss_kib()
         outcomes, max_queued = asyncio.run(load(served.url))

@@ -41,7 +41,8 @@ HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     with homeai_serve(tmp_path_factory.mktemp("listeners"), auth={"required": True},
-                      server={"header_timeout_s": HEADER_TIMEOUT_S}) as running:
+                      server={"header_timeout_s": HEADER_TIMEOUT_S,
+                              "max_connections_per_address": 256}) as running:  # a hundred half heads at once
         yield running
 
 
