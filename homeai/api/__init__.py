@@ -9,6 +9,6 @@ ollama_route.py (Ollama generation: NDJSON) · ollama_manage.py, ollama_models.p
 management) · household.py, household_answer.py (conversations, household SSE with storage) ·
 voice.py, voice_protocol.py, voice_turn.py (the voice socket) · transcriptions.py · lanes.py,
 metrics.py, prometheus.py, health.py (state and metrics) · jobs.py, web.py · dispatch.py (lanes
-served remotely) · errors.py (error handlers) · limits.py, origin.py, http_server.py,
+served remotely) · errors.py (error handlers) · limits.py, origin.py, http_server.py, connections.py,
 revocation.py, shutdown.py, recorder.py (the listener's guards and bookkeeping).
 """

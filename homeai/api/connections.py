@@ -139,7 +139,8 @@ class AcceptErrors(logging.Filter):
             self.held_back += 1
             return False
         if self.held_back:
-            record.msg = f"{record.msg}\n({self.held_back} more such lines in the last {now - self.last:.0f} s held back)"
+            held = f"{self.held_back} more such lines in the last {now - self.last:.0f} s held back"
+            record.msg = f"{record.msg}\n({held})"
         self.held_back, self.last = 0, now
         return True
 
