@@ -20,8 +20,9 @@ sampler checks the pick first too; masking first costs every token a pass over t
 ~0.4 s against a 256-value enum on 2 cores). The clock is read between chunks: a request whose grammar
 takes longer than `[grammar] step_budget_ms` to pick a token ends with an error (`StepResult.errors`)
 instead of holding the shared step. A grammar is built here only once the grammar
-checker's process has built it (`homeai.engine.grammar_check`). A lazy grammar goes first in the chain: until its trigger it costs nothing there,
-and after it the call it holds is short.
+checker's process has built it (`homeai.engine.grammar_check`). A lazy grammar is beside the chain
+too: until its trigger it allows every token (its check costs a one-token pass), and after it the
+call it holds is weighed as any grammar is, within the same budget.
 
 The batch arrays are numpy buffers the `llama_batch` points into, so filling a step is a few
 assignments a row (a chunk's by slices), not a Python loop over tokens.
@@ -299,7 +300,7 @@ class _Sampling:
 
     params: SamplingParams
     chain: object | None  # llama.cpp's sampler chain; None when greedy with nothing to weigh first
-    grammar: object | None  # a grammar held from the first token: beside the chain, not in it
+    grammar: object | None  # the request's grammar (lazy or not): beside the chain, not in it
     reads_logits: bool  # logprobs or recorded logits: the row's logits are read after the pick
 
 
@@ -661,8 +662,6 @@ class Runner:
             token = best
         elif sampling.grammar is not None:
             token = self._sample_in_grammar(outputs[out], sampling.chain, sampling.grammar, sampling.params)
-        elif sampling.params.grammar is not None:  # a lazy grammar, in the chain
-            token = self._sample_checked(outputs[out], sampling.chain)
         else:
             token = ll.llama_sampler_sample(sampling.chain, ctx, row)
         if token is None:  # the grammar admits no token the model can write: the answer ends here
@@ -684,12 +683,10 @@ class Runner:
             grammar = grammar_sampler(self.vocab, params.grammar)
             if not grammar:  # submit checked it (grammar_ok): this is a bug, not the request's fault
                 raise RunnerError("llama.cpp could not parse a grammar it parsed at submit")
-        beside = grammar if grammar is not None and not params.grammar.lazy else None
-        in_chain = grammar if beside is None else None
         plain_greedy = params.temperature <= 0 and params.repeat_penalty == 1.0 and grammar is None
-        chain = None if plain_greedy else build_sampler(params, self.n_vocab, in_chain)
+        chain = None if plain_greedy else build_sampler(params, self.n_vocab)
         reads_logits = params.logprobs is not None or params.record_logits
-        sampling = self.samplers[request_id] = _Sampling(params, chain, beside, reads_logits)
+        sampling = self.samplers[request_id] = _Sampling(params, chain, grammar, reads_logits)
         return sampling
 
     def _outputs(self, ctx, n: int) -> np.ndarray:
@@ -704,22 +701,6 @@ class Runner:
         if eog is None:
             eog = self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
         return eog
-
-    def _sample_checked(self, logits: np.ndarray, chain) -> int | None:
-        """`llama_sampler_sample` of a chain holding a grammar, written out to look before the chain
-        accepts its pick: None, and nothing accepted, when the grammar allowed no token (llama.cpp
-        aborts the process when a grammar accepts a token it refuses)."""
-        cur = self.candidates.fill(logits)
-        start = time.perf_counter()  # (a lazy grammar weighs the whole vocabulary once triggered: timed, not cut)
-        ll.llama_sampler_apply(chain, ctypes.byref(cur))
-        if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
-            return None
-        token = cur.data[cur.selected].id
-        ll.llama_sampler_accept(chain, token)
-        took = time.perf_counter() - start
-        if took > self.grammar_budget_s:
-            raise GrammarOverBudget(took, self.grammar_budget_s)
-        return token
 
     def _sample_in_grammar(self, logits: np.ndarray, chain, grammar, params: SamplingParams) -> int | None:
         """The chain's pick if the grammar allows it, else the chain's pick among what the grammar
@@ -892,13 +873,10 @@ def _allowed_needed(params: SamplingParams) -> int:
     return params.top_k if 0 < params.top_k <= WEIGHED_FIRST else 0
 
 
-def build_sampler(params: SamplingParams, n_vocab: int, grammar=None):
-    """One request's sampler chain: `grammar` (a lazy grammar's sampler, which the chain then owns),
-    penalties, then greedy or top-k/top-p/min-p/temperature/dist. A grammar active from the first
-    token is not in the chain but beside it (`Runner._sample_in_grammar`)."""
+def build_sampler(params: SamplingParams, n_vocab: int):
+    """One request's sampler chain: penalties, then greedy or top-k/top-p/min-p/temperature/dist. Its
+    grammar, if any, is not in the chain but beside it (`Runner._sample_in_grammar`)."""
     chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-    if grammar is not None:
-        ll.llama_sampler_chain_add(chain, grammar)
     if params.repeat_penalty != 1.0:
         ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_penalties(n_vocab, 64, params.repeat_penalty, 0.0, 0.0))
     if params.temperature <= 0:
