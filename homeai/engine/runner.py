@@ -1107,20 +1107,21 @@ def grammar_worker(model_path: str, conn) -> None:
     thread.join()
 
 
-CLOSING = frozenset('"]},')  # a token holding one of these ends a string, an array or an object
 RETRIES = 2  # a weighing a little past the limit is repeated (one slowed by a cache or page miss: 66 ms, then 22)
 
 
 class _Walker:
     """What the checker walks a grammar with: the vocabulary's candidates, each token's length, which
-    end something (a string, an array, an object), and which end generation."""
+    hold a quote (in a string: its end), which a bracket (elsewhere: an array's or object's end),
+    and which end generation."""
 
     def __init__(self, vocab):
         n = ll.llama_vocab_n_tokens(vocab)
         self.vocab, self.candidates = vocab, _Candidates(n)
         texts = [_token_text(vocab, t) for t in range(n)]
         self.length = np.array([len(t) for t in texts], dtype=np.int32)
-        self.closing = np.array([bool(CLOSING.intersection(t)) for t in texts])
+        self.quote = np.array(['"' in t for t in texts])
+        self.bracket = np.array([("]" in t or "}" in t) and '"' not in t for t in texts])
         self.eog = np.array([bool(ll.llama_vocab_is_eog(vocab, t)) for t in range(n)])
         self.logits = np.random.default_rng(0).random(n, dtype=np.float32)
 
@@ -1134,12 +1135,14 @@ class _Walker:
         return ids[ok], (time.thread_time() - began) * 1000.0
 
     def choose(self, allowed: np.ndarray, rng) -> int:
-        """A token that moves the walk on: one that ends a string or container, the longest, or any."""
+        """A token that moves the walk on: one that ends a string, or else an array or object (free
+        text is walked through, not into), the longest (a literal's rest), or any."""
         roll = rng.random()
-        closing = allowed[self.closing[allowed]]
-        if roll < 0.4 and len(closing):
-            return int(closing[rng.integers(len(closing))])
-        if roll < 0.7:
+        for kind, below in ((self.quote, 0.5), (self.bracket, 0.7)):
+            closing = allowed[kind[allowed]]
+            if roll < below and len(closing):
+                return int(closing[rng.integers(len(closing))])
+        if roll < 0.85:
             lengths = self.length[allowed]
             longest = allowed[lengths >= lengths.max()]
             return int(longest[rng.integers(len(longest))])
