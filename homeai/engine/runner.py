@@ -1126,12 +1126,14 @@ class _Walker:
         self.logits = np.random.default_rng(0).random(n, dtype=np.float32)
 
     def weigh(self, sampler) -> tuple[np.ndarray, float]:
-        """The tokens the grammar allows, from a pass over the whole vocabulary (a part cannot tell
-        its cost: it lies in a few paths through the tokens' characters, not in their number), and
-        the pass's CPU time in ms (its thread's own: the box's other work does not count)."""
+        """The tokens the grammar allows, from a pass over the whole vocabulary in the engine's chunks
+        (a part cannot tell the whole's cost: it lies in a few paths through the tokens' characters,
+        not in their number; and with many stacks each chunk costs nearly a whole pass), and the
+        pass's CPU time in ms (its thread's own: the box's other work does not count)."""
         ids = self.candidates.ids
         began = time.thread_time()
-        ok = self.candidates.weigh(sampler, ids, self.logits)
+        ok = np.concatenate([self.candidates.weigh(sampler, ids[i:i + CHUNK], self.logits)
+                             for i in range(0, len(ids), CHUNK)])
         return ids[ok], (time.thread_time() - began) * 1000.0
 
     def choose(self, allowed: np.ndarray, rng) -> int:

@@ -39,7 +39,7 @@ def test_the_issues_pattern_behind_a_const_is_refused(checker):
 
 
 def test_one_costly_token_refuses_a_grammar_past_max_token_ms(runner):
-    """A lower limit (the nested pattern one level shallower weighs ~170 ms a token here, ~4 ms
+    """A lower limit (the nested pattern two levels shallower, depth 4, weighs ~1 s a token here, ~4 ms
     before it) names the setting."""
     strict = GrammarChecker(runner.info.path, max_token_ms=40.0)
     try:
