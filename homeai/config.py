@@ -47,6 +47,17 @@ class ServerConfig:
     api_docs: bool = False  # serve /docs and /redoc: their pages load scripts from a CDN, outside the CSP
     shutdown_grace_s: float = 10.0  # on SIGTERM, requests in flight get this long to finish before they are cut short
     header_timeout_s: float = 10.0  # a client that has not sent a whole request head by then is dropped
+    # A request body must keep coming (homeai.api.http_server): no byte for body_timeout_s, or fewer than
+    # body_min_rate bytes a second on average past its first body_timeout_s, and it is answered 408 and
+    # closed. A lower rate lets a slower link upload; each body that slow holds a connection that long.
+    body_timeout_s: float = 10.0
+    body_min_rate: int = 4096
+    # Open HTTP connections in all, and from one client address; one more is closed at once (each is a
+    # file: the caps stay below the open-file limit, which `homeai doctor` shows beside them). 0: derived
+    # from the limit, a quarter of it (at least 256) kept for the model, database, Wyoming and speech,
+    # and at most 4096. Behind a reverse proxy every client has the proxy's address: raise the second there.
+    max_connections: int = 0
+    max_connections_per_address: int = 64
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,13 @@ class TtsConfig:
     # While a voice answer's first sentence is synthesised, background lanes take no steps: the first
     # audio waits on it, and on a CPU background prefill shares its cores.
     pause_background: bool = True
+    # Syntheses open at once (a text, or a spoken answer, from its first sentence until it ends or its
+    # listener leaves, however slowly they read): more wait longer for the workers rather than cost memory.
+    max_pending: int = 24
+    # One member's (or a proxy user's) own open syntheses: one more is a 429 naming this, for them
+    # alone; lower keeps more room for others, higher lets one client read more texts aloud at once.
+    max_pending_per_member: int = 8
+    voice_reserve: int = 4  # of max_pending, kept for the voice lane: chat and background never take them
 
 
 @dataclass(frozen=True)
@@ -170,6 +188,18 @@ class GrammarConfig:
     max_enum: int = 256  # alternatives at one place: an enum's values, anyOf branches, properties (each costs every token)
     max_grammar_bytes: int = 262_144  # the GBNF text the schema becomes
     build_timeout_s: float = 5.0  # longest a grammar may take to build, off the engine thread
+    # One token's weighing against the whole vocabulary (in the engine's chunks), in the checker's CPU time,
+    # past which a grammar is refused. With SmolLM2's 49k tokens on a 2-core box: a plain schema 3-20 ms,
+    # the widest the bounds admit (256 alternatives or 200 properties at one place) up to ~150 ms, nested
+    # repeats ~90 ms (depth 3), ~1.2 s (depth 4), seconds more each level. Scale it with a larger vocabulary
+    # (3x the tokens: about 3x the time) or a slower CPU
+    max_token_ms: float = 400.0
+    # Longest one request's grammar may take to pick a token within a shared step (wall time); past it the
+    # request ends with an error instead of holding everyone's step. What passes the checker, with room for a
+    # loaded box (a whole pass is needed only when the model's pick is refused and its best tokens cannot
+    # decide). Higher: slower grammars allowed, longer stalls for every member; lower: wide enums may fail
+    step_budget_ms: float = 500.0
+    max_pending_checks_per_member: int = 2  # new grammars a member may have waiting or being checked; more: 429
 
 
 @dataclass(frozen=True)
@@ -371,6 +401,12 @@ def validate(cfg: Config, source: str) -> Config:
            "server.max_unauthenticated_websockets_per_address", "must be at least 1")
     _check(s.shutdown_grace_s >= 0, source, "server.shutdown_grace_s", "must be 0 or more")
     _check(s.header_timeout_s > 0, source, "server.header_timeout_s", "must be positive")
+    _check(s.body_timeout_s > 0, source, "server.body_timeout_s", "must be positive")
+    _check(s.body_min_rate >= 1, source, "server.body_min_rate", "must be at least 1 (bytes a second)")
+    _check(s.max_connections >= 0, source, "server.max_connections", "must be 0 (from the open-file limit) or more")
+    _check(s.max_connections_per_address >= 1 and (not s.max_connections or
+                                                   s.max_connections_per_address <= s.max_connections),
+           source, "server.max_connections_per_address", "must be 1..server.max_connections")
     for name in s.allowed_hosts:
         _check(bool(HOST_NAME.fullmatch(name)), source, "server.allowed_hosts",
                f"must hold host names without scheme or port, like \"homeai.lan\", got {name!r}")
@@ -403,12 +439,21 @@ def validate(cfg: Config, source: str) -> Config:
     _check(sc.plan_ahead in ("auto", "on", "off"), source, "scheduler.plan_ahead", "must be auto, on or off")
     _check(sc.prompt_cache_max_cells >= 0, source, "scheduler.prompt_cache_max_cells", "must be 0 or more")
     _check(0 < sc.member_seq_share <= 1, source, "scheduler.member_seq_share", "must be in (0, 1]")
+    g = cfg.grammar
+    _check(g.max_token_ms > 0, source, "grammar.max_token_ms", "must be positive")
+    _check(g.step_budget_ms > 0, source, "grammar.step_budget_ms", "must be positive")
+    _check(g.max_pending_checks_per_member >= 1, source, "grammar.max_pending_checks_per_member", "must be at least 1")
     _check(cfg.speech.device in ("cpu", "cuda", "auto"), source, "speech.device", "must be cpu, cuda or auto")
     _check(cfg.speech.workers >= 1, source, "speech.workers", "must be at least 1")
     _check(cfg.speech.max_utterance_s > 0, source, "speech.max_utterance_s", "must be positive")
     _check(cfg.tts.workers >= 1, source, "tts.workers", "must be at least 1")
     _check(cfg.tts.threads >= 0, source, "tts.threads", "must be 0 (one per core) or more")
     _check(cfg.tts.max_chars >= 1, source, "tts.max_chars", "must be at least 1")
+    _check(cfg.tts.max_pending >= 1, source, "tts.max_pending", "must be at least 1")
+    _check(1 <= cfg.tts.max_pending_per_member <= cfg.tts.max_pending, source, "tts.max_pending_per_member",
+           "must be between 1 and tts.max_pending")
+    _check(0 <= cfg.tts.voice_reserve < cfg.tts.max_pending, source, "tts.voice_reserve",
+           "must be at least 0 and below tts.max_pending (chat and background need a slot)")
     for name, lane in cfg.lanes.items():
         key = f"lanes.{name}"
         _check(lane.weight > 0, source, f"{key}.weight", "must be positive")
