@@ -16,6 +16,8 @@ the engine.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from homeai.engine.engine import Engine, RequestStream
 from homeai.engine.state import EngineState
@@ -31,6 +33,10 @@ from lanes import chat as chat_lane
 from lanes.base import LanePolicy
 
 OLLAMA_TAG = ":latest"  # `/api/tags` lists the served model as `<id>:latest`; Ollama's clients send it to /v1 too
+# A new grammar waits for its member's turn at the checker (`[grammar] max_pending_checks_per_member` a member):
+# on threads of its own, so waiting checks never take the default pool's few (min(32, cores + 4): 6 on 2 cores),
+# which every member's prompt is tokenised on
+GRAMMAR_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="grammar")
 
 
 class Service:
@@ -149,8 +155,7 @@ class Service:
         try:
             plan = await asyncio.to_thread(prompts.tool_plan, runner, tools, tool_choice)
             if plan is not None:
-                await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, None, "openai",
-                                        caller.key if caller is not None else "")
+                await self._grammar(runner, plan, None, "openai", caller.key if caller is not None else "")
         except ServiceError as e:
             if e.status == 429:
                 raise
@@ -183,9 +188,12 @@ class Service:
         if plan is not None and ask.structured not in (None, {"type": "text"}):
             param = "format" if ask.structured_kind == "ollama" else "response_format"
             raise ServiceError(400, f"{param} cannot be combined with tools", code="invalid_value", param=param)
-        grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, plan, ask.structured,
-                                          ask.structured_kind, member)
-        return plan, grammar
+        return plan, await self._grammar(runner, plan, ask.structured, ask.structured_kind, member)
+
+    async def _grammar(self, runner, plan, structured, kind: str, member: str):
+        """`prompts.grammar` (bounded, built and checked in `member`'s turn) on the grammar threads."""
+        call = partial(prompts.grammar, runner, self.cfg.grammar, plan, structured, kind, member)
+        return await asyncio.get_running_loop().run_in_executor(GRAMMAR_THREADS, call)
 
     async def complete(self, ask: CompletionAsk, caller: Caller) -> Answer:
         """Continue a prompt: as it is, or as a user turn in the chat template (`template`)."""
@@ -194,8 +202,7 @@ class Service:
         engine = self.engine()
         model = self.model(ask.model, "generate")
         runner = engine.runner
-        grammar = await asyncio.to_thread(prompts.grammar, runner, self.cfg.grammar, None, ask.structured,
-                                          ask.structured_kind, caller.key)
+        grammar = await self._grammar(runner, None, ask.structured, ask.structured_kind, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
 
         def prompt():

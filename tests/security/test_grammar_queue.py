@@ -196,3 +196,31 @@ def test_over_http_bob_is_served_while_alice_waits_and_her_third_gets_429(server
     finally:
         for client in clients.values():
             client.close()
+
+
+def test_waiting_checks_leave_the_default_threads_to_everyone_else(server, cfg, held, runner):
+    """Three members with two held checks each: six waiting threads, as many as the default pool of
+    a 2-core box holds (min(32, cores + 4)); the checks wait on threads of their own, so bob's chat
+    is still tokenised and answered."""
+    holders = [f"holder-{i}" for i in range(3)]
+    clients = {name: httpx.Client(base_url=server.url, timeout=TIMEOUT,
+                                  headers={"Authorization": f"Bearer {add_token(cfg, name)}"})
+               for name in (*holders, "bob-t")}
+    threads = []
+    try:
+        for name in holders:
+            for i in (1, 2):
+                body = schema_request(f"alice-hold-{name}-{i}")
+                threads.append(threading.Thread(target=post_json, args=(clients[name], "/v1/chat/completions", body)))
+                threads[-1].start()
+        until(lambda: sum(runner.grammar_checker.pending.get(name, 0) for name in holders) == 6)
+        bob = post_json(clients["bob-t"], "/v1/chat/completions",
+                        {"model": "homeai", "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
+        assert bob.status_code == 200, bob.text
+        assert sum(runner.grammar_checker.pending.get(name, 0) for name in holders) == 6  # still held
+    finally:
+        held.set()
+        for thread in threads:
+            thread.join(TIMEOUT)
+        for client in clients.values():
+            client.close()
