@@ -15,10 +15,12 @@ bounded by construction:
   come right after it (in the group, the group's own start when it repeats, or what follows the
   group). A character inside is then read one way only, whatever the nesting: `([a-z0-9-]+[.])+`
   is taken, `(([a-z])+)+` (write `([a-z])+`), `(a|ab)+` and `(aa?)+` are not.
-* Outside repeated groups a choice may stay open, each open repetition a place the text may be
-  split (`[a-z]*[a-z]*`): a token then costs a power of its length, not of the nesting. At most
-  `MAX_OPEN_REPEATS` repetitions of a chosen count may take the same characters at once (4 weighs
-  like a plain pattern, ~10 ms here; 6: 33 ms, 8: 120 ms); `[a-z]+@[a-z]+` has two, never open at once.
+* Outside repeated groups a choice may stay open past the next character, each such repetition or
+  optional part a place the text may be split (`[a-z]*[a-z]`, `x?x?`): a token then costs a power
+  of its length, not an exponential of the nesting. At most `MAX_OPEN_REPEATS` open choices may
+  take the same characters at once: five `[a-z]*` in a row (4 open, the end decides the last) weigh
+  a token in 18 ms here, a plain pattern 5; six 33 ms, eight 130 ms; 12 optional letters 33 ms,
+  50 minutes. `[^@]+@[^@]+[.][a-z]+` leaves one open.
 * Nested counts multiply (`((a{30}){30}){30}` is 27,000 letters): their product is at most
   `[grammar] max_repeat`, and an alternation offers at most `[grammar] max_enum` branches at one place.
 
@@ -125,6 +127,16 @@ def starts(parts: tuple, follow: tuple) -> tuple:
         if not part.nullable:
             return union(*out)
     return union(*out, follow)
+
+
+def follows(parts: tuple, follow: tuple) -> list:
+    """What may come right after each of a sequence's parts, `follow` after the sequence (one pass
+    from the end: a pattern may be thousands of parts long)."""
+    out, after = [], follow
+    for part in reversed(parts):
+        out.append(after)
+        after = union(part.first, after) if part.nullable else part.first
+    return out[::-1]
 
 
 # ---- reading -------------------------------------------------------------------------------------
@@ -262,7 +274,7 @@ def check(pattern: str, max_repeat: int, max_alternatives: int) -> None:
         _counts(node, 1, max_repeat)
         _alternatives(node, max_alternatives)
         _top(node, END)
-        _open(node, ())
+        _open(node, (), END)
     except RecursionError:
         raise PatternError("nests too deeply") from None
 
@@ -300,8 +312,8 @@ def _top(node: Node, follow: tuple) -> None:
                                "the group take at least one character")
         _decided(body, union(body.first, follow), node)
     elif node.kind == "seq":
-        for i, part in enumerate(node.parts):
-            _top(part, starts(node.parts[i + 1:], follow))
+        for part, after in zip(node.parts, follows(node.parts, follow)):
+            _top(part, after)
     else:
         for part in node.parts:
             _top(part, follow)
@@ -310,8 +322,8 @@ def _top(node: Node, follow: tuple) -> None:
 def _decided(node: Node, follow: tuple, group: Node) -> None:
     """Refuse a choice inside the repeated `group` that the next character does not decide."""
     if node.kind == "seq":
-        for i, part in enumerate(node.parts):
-            _decided(part, starts(node.parts[i + 1:], follow), group)
+        for part, after in zip(node.parts, follows(node.parts, follow)):
+            _decided(part, after, group)
     elif node.kind == "alt":
         seen: tuple = ()
         for branch in node.parts:
@@ -337,28 +349,30 @@ def _undecided(group: Node, part: Node, why: str) -> PatternError:
                         f"must be decided by the next character{hint})")
 
 
-def _open(node: Node, open_: tuple) -> tuple:
-    """The repeated parts that may still be taking text after `node`, given those open before it: one
-    whose count is the text's choice opens, and stays open past a character it may take too (a fixed
-    count, its inside decided, is read like a character). Refuses more than MAX_OPEN_REPEATS open at
-    once that may take the same character."""
-    if node.repeats and node.chooses:
-        before = open_ if node.nullable else tuple(r for r in open_ if overlap(r.every, node.every))
-        return _at_most(node, (*before, node))
-    if node.kind == "atom" or node.repeats:
-        return tuple(r for r in open_ if overlap(r.every, node.every))
+def _open(node: Node, open_: tuple, follow: tuple) -> tuple:
+    """The choices left open after `node` (repetitions and optional parts that `follow`, what may
+    come after them, does not decide: `[a-z]*[a-z]`, `x?x?`), given those open before it; one stays
+    open past a character it may take too. Refuses more than MAX_OPEN_REPEATS open at once that may
+    take the same character."""
     if node.kind == "seq":
-        for part in node.parts:
-            open_ = _open(part, open_)
+        for part, after in zip(node.parts, follows(node.parts, follow)):
+            open_ = _open(part, open_, after)
         return open_
-    outs = [_open(part, open_) for part in node.parts] + ([open_] if node.nullable else [])
-    return _at_most(node, tuple(dict.fromkeys(r for out in outs for r in out)))
+    if node.kind == "alt":
+        return tuple(dict.fromkeys(r for part in node.parts for r in _open(part, open_, follow)))
+    kept = open_ if node.nullable else tuple(r for r in open_ if overlap(r.every, node.every))
+    if node.kind == "rep" and not node.repeats:  # `?`, `{0,1}`, a group: what is open inside it, taken or not
+        inner = _open(node.parts[0], open_, follow)
+        kept = tuple(dict.fromkeys((*inner, *open_))) if node.nullable else inner
+    if node.chooses and overlap(node.first, follow):
+        return _at_most(node, (*kept, node))
+    return kept
 
 
 def _at_most(node: Node, open_: tuple) -> tuple:
     for r in open_:
         if sum(overlap(q.every, r.every) for q in open_) > MAX_OPEN_REPEATS:
-            raise PatternError(f"has more than {MAX_OPEN_REPEATS} repetitions that may take the same text at "
-                               f"once (up to {node.text[:60]!r}): llama.cpp weighs every way to split a token "
-                               "between them")
+            raise PatternError(f"leaves more than {MAX_OPEN_REPEATS} choices open at once that may take the same "
+                               f"characters (up to {node.text[:60]!r}), repetitions or optional parts the next "
+                               "character does not decide: llama.cpp weighs every way to split a token between them")
     return open_
