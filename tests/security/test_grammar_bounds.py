@@ -2,7 +2,9 @@
 too slow to build or sample is a 400 naming the field, on every path (`/v1` response_format and
 tools, `/v1/completions`, Ollama `format` and tools, the voice socket's tools), before anything
 reaches the engine; llama.cpp first builds a new grammar in the checker's process (a crash or a
-timeout there refuses the grammar, not the daemon); a refusal is logged in one short line.
+timeout there refuses the grammar, not the daemon); a refusal is logged in one short line. Issue 55:
+the nested-quantifier pattern behind a `const` is refused on every path too, and a 3.8 MB list of
+2,800 tools is a 400 naming `tools` before any of its schemas is validated.
 
 Run: .venv/bin/python -m pytest tests/security/test_grammar_bounds.py
 """

@@ -2,10 +2,15 @@
 arrays and objects, huge bounds, enums, patterns, anyOf, `$ref`s and types that do not exist, sent
 as `/v1` response_format and tools and as Ollama's `format` and tools to a live server over the
 real model. Every answer is a 200 or a 400 that says what is wrong, and afterwards the server
-answers a plain request. The server allows 4 output tokens, so what is taken answers quickly.
+answers a plain request. What is taken answers quickly (4 tokens asked).
+
+Then pattern shapes (issue 55: nesting, alternation, classes, counted repeats), each behind a
+`const`: refused by the bounds (and over HTTP with the same field), or cheap to weigh on the real
+vocabulary along a walk into the pattern (within 10x a plain pattern + 0.25 s, CPU time), with
+bob's first token measured while alice's answer runs under it (within 10x idle + 2 s).
 
 Run: .venv/bin/python -m pytest tests/security/test_grammar_fuzz.py
-(a deeper run: HOMEAI_FUZZ_EXAMPLES=300 .venv/bin/python -m pytest tests/security/test_grammar_fuzz.py)
+(a deeper run: HOMEAI_FUZZ_EXAMPLES=300 HOMEAI_PATTERN_EXAMPLES=200 .venv/bin/python -m pytest ...)
 """
 
 from __future__ import annotations
