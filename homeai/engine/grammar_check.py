@@ -17,6 +17,10 @@ fair-share key) at most one check running and `max_pending` waiting or running (
 `GrammarBusy`, a 429 naming the cap), the next check from the member served longest ago. One
 member's slow grammars so wait behind each other, never in front of another's: with two
 processes, another member's check starts at once even while one member's runs its full timeout.
+A member's requests that bring the same new grammar at once (a client's parallel requests with one
+schema) share one check: the first waits its turn, the others wait for its answer and count
+against no cap. Another member's same grammar is checked apart, so no member can make another
+wait behind their own queue by asking for a grammar the other is known to send.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ import subprocess
 import sys
 import threading
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 
 WORKERS = 2  # checker processes, each started at its first check (the vocabulary alone: ~70 MB of RSS with SmolLM2)
@@ -56,6 +61,7 @@ class _Check:
     timeout_s: float
     member: str
     worker: _Worker | None = None  # given when its turn comes
+    answer: Future = field(default_factory=Future)  # for the member's other requests with this grammar
 
 
 class GrammarChecker:
@@ -70,6 +76,7 @@ class GrammarChecker:
         self.queues: dict[str, deque[_Check]] = {}  # per member, checks not started, oldest first
         self.pending: dict[str, int] = {}  # per member, checks waiting or running
         self.running: set[str] = set()  # members with a check running
+        self.asked: dict[tuple[str, bytes], _Check] = {}  # per member and grammar, the check waiting or running
         self.served: dict[str, int] = {}  # per member with checks pending, when its last check started
         self.ticks = itertools.count()
 
@@ -82,7 +89,10 @@ class GrammarChecker:
         if answer is not None:
             return answer or None
         check = _Check(key, text, root, timeout_s, member)
-        self._wait_turn(check)
+        first = self._wait_turn(check)
+        if first is not check:  # the member asked for this grammar already: its answer is this one's
+            return first.answer.result()
+        answer = None
         try:
             answer = self._kept(key)  # answered while it waited (asked twice)
             if answer is None:
@@ -90,18 +100,26 @@ class GrammarChecker:
                 if answer is not None:  # (None: the checker did not start; not kept, the next request tries again)
                     self._keep(key, answer)
         finally:
+            answer = (answer or None) if answer is not None else "the grammar checker did not start"
+            check.answer.set_result(answer)
             self._done(check)
-        return (answer or None) if answer is not None else "the grammar checker did not start"
+        return answer
 
-    def _wait_turn(self, check: _Check) -> None:
+    def _wait_turn(self, check: _Check) -> _Check:
+        """`check` once its turn has come, or the member's check of the same grammar already asked."""
         with self.turn:
+            first = self.asked.get((check.member, check.key))
+            if first is not None:
+                return first
             if self.pending.get(check.member, 0) >= self.max_pending:
                 raise GrammarBusy(self.max_pending)
+            self.asked[check.member, check.key] = check
             self.pending[check.member] = self.pending.get(check.member, 0) + 1
             self.queues.setdefault(check.member, deque()).append(check)
             self._dispatch()
             while check.worker is None:
                 self.turn.wait()
+            return check
 
     def _dispatch(self) -> None:
         """Give idle processes to the members with a check waiting and none running, the one served
@@ -123,6 +141,7 @@ class GrammarChecker:
 
     def _done(self, check: _Check) -> None:
         with self.turn:
+            del self.asked[check.member, check.key]
             self.busy.remove(check.worker)
             self.idle.append(check.worker)
             self.running.discard(check.member)

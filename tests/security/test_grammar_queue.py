@@ -136,6 +136,33 @@ def test_members_take_turns_and_a_refused_grammar_is_answered_from_its_cache(run
         checker.stop()
 
 
+def test_a_members_requests_with_one_new_grammar_share_one_check_past_the_cap(checker, monkeypatch):
+    """A client's parallel requests with the same new schema (8 of them, the cap 2) share the first's
+    check: none is refused, the process is asked once; another member's same grammar is checked apart
+    (no member waits behind another's queue by asking for what the other is known to send)."""
+    release = threading.Event()
+    hold(monkeypatch, {PLAIN: release})
+    asked_texts = []
+    ask = grammar_check._Worker.ask
+
+    def counting(worker, text, *args):
+        asked_texts.append(text)
+        return ask(worker, text, *args)
+
+    monkeypatch.setattr(grammar_check._Worker, "ask", counting)
+    asked = Asked(checker)
+    for i in range(8):
+        asked.ask(f"alice-{i}", "alice", PLAIN)
+    asked.pending("alice", 1)
+    asked.ask("bob", "bob", PLAIN)
+    until(lambda: asked_texts.count(PLAIN) == 2)  # bob's own check asked of the other process
+    release.set()
+    asked.join()
+    assert sorted(asked.answers) == sorted([f"alice-{i}" for i in range(8)] + ["bob"])
+    assert all(answer is None for answer in asked.answers.values())
+    assert asked_texts.count(PLAIN) == 2  # alice's one check and bob's own
+
+
 # ---- over HTTP: alice's checks held by a hook, bob's answered, alice's third a 429 ---------------
 
 
