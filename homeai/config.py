@@ -185,7 +185,8 @@ class GrammarConfig:
 
     max_schema_bytes: int = 65_536  # a schema (or all of a request's tools) as JSON
     max_repeat: int = 1000  # minItems/maxItems, minLength/maxLength, and other bounded repetitions
-    max_enum: int = 256  # alternatives at one place: an enum's values, anyOf branches, properties, a request's tools (each costs every token)
+    # Alternatives at one place: an enum's values, anyOf branches, properties; and a request's tools (each costs every token)
+    max_enum: int = 256
     max_grammar_bytes: int = 262_144  # the GBNF text the schema becomes
     build_timeout_s: float = 5.0  # longest a grammar may take to build, off the engine thread
     # One token's weighing against the whole vocabulary (in the engine's chunks), in the checker's CPU time,
