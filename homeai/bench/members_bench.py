@@ -22,7 +22,7 @@ thing:
   behind a leading `const` property, asking for ~70 tokens, from `grammar_senders` senders, again
   and again (`members_loads.nested_pattern_body`);
 * slow grammars (issue 55): `slow_grammars` of alice's grammars at once, each new, each taking the
-  whole `[grammar] build_timeout_s` to be checked (`members_loads.slow_grammar_body`);
+  checker half of `[grammar] build_timeout_s` and then served (`members_loads.slow_grammar_body`);
 * speech streams (issue 55): `speech_streams` of alice's `/v1/audio/speech` streams on the chat
   lane, read slowly (`speech_read_pause_s` between chunks: held open);
 * trickled bodies (issue 55): a guest (no token) with `trickle_sockets` raw connections, each a

@@ -6,9 +6,11 @@ What one of alice's (or a guest's) senders does once, as `members_bench.Flood` r
   repeats (`NESTED_PATTERN`) behind a leading `const` property, asking for ~70 tokens;
 * `slow_grammar`: a json_schema within every static bound whose cost is in its weighing: an array
   of 60 strings, each one of 100 that share a 40-character prefix, so every token it writes is
-  weighed against ~100 live alternatives (tens of ms each, under `[grammar] max_token_ms`), and the
-  checker's walks run past `[grammar] build_timeout_s` (5 s): refused only once that time is spent.
-  Each request's grammar is new (its own suffixes), so no kept refusal answers it early;
+  weighed against ~100 live alternatives (tens of ms each, under `[grammar] max_token_ms`). The
+  checker's walks spend half of `[grammar] build_timeout_s` on it and then accept it (no token past
+  `max_token_ms`), so it is served, each token within `[grammar] step_budget_ms`; each sender's
+  next one waits for the member's checks, past `max_pending_checks_per_member` a 429. Each
+  request's grammar is new (its own suffixes), so no kept answer is given early;
 * `speech_stream`: a `/v1/audio/speech` stream of a long text on the chat lane, read a chunk at a
   time with a pause between (held open, as a slow listener would);
 * `trickle`: a guest's raw socket (no token): a request head whole with its `Content-Length`,
