@@ -195,8 +195,8 @@ class GrammarConfig:
     # repeats ~90 ms (depth 3), ~1.2 s (depth 4), seconds more each level. Scale it with a larger vocabulary
     # (3x the tokens: about 3x the time) or a slower CPU
     max_token_ms: float = 400.0
-    # Longest one request's grammar may take to pick a token within a shared step (wall time); past it the
-    # request ends with an error instead of holding everyone's step. What passes the checker, with room for a
+    # Longest one member's grammars may take together to pick their tokens within a shared step (wall time);
+    # the request that runs past it ends with an error instead of holding everyone's step. What passes the checker, with room for a
     # loaded box (a whole pass is needed only when the model's pick is refused and its best tokens cannot
     # decide). Higher: slower grammars allowed, longer stalls for every member; lower: wide enums may fail
     step_budget_ms: float = 500.0

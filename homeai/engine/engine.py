@@ -18,6 +18,7 @@ the `on_death` callbacks hear why (the daemon then exits non-zero, for systemd t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import threading
@@ -273,6 +274,8 @@ class Engine:
         tokens = self._tokens(prompt, kind)
         public_len = min(getattr(tokens, "public_len", 0), len(tokens))
         params = self._check(tokens, params, kind, lane)
+        if params.grammar is not None and params.owner != member:  # a member's grammars share a step's budget
+            params = dataclasses.replace(params, owner=member)
         if loop is None:
             try:
                 loop = asyncio.get_running_loop()

@@ -64,10 +64,12 @@ class RunnerError(RuntimeError):
 
 
 class GrammarOverBudget(Exception):
-    """A request's grammar took longer than the step budget to pick one token: that request ends."""
+    """A member's grammars took longer than the step budget to pick their tokens in one step: the
+    request whose pick ran past it ends."""
 
-    def __init__(self, took_s: float, budget_s: float):
-        super().__init__(f"its grammar took {took_s * 1000:.0f} ms to pick one token, more than "
+    def __init__(self, took_s: float, budget_s: float, before_s: float = 0.0):
+        others = f" (after {before_s * 1000:.0f} ms of its member's other grammars in this step)" if before_s else ""
+        super().__init__(f"its grammar took {took_s * 1000:.0f} ms to pick one token{others}, more than "
                          f"[grammar] step_budget_ms = {budget_s * 1000:g}: the answer ends here")
 
 
@@ -430,7 +432,8 @@ class Runner:
         _init_backend()
         self.cfg = cfg
         self.grammar_limits = grammar or GrammarConfig()
-        self.grammar_budget_s = self.grammar_limits.step_budget_ms / 1000.0  # one request's grammar, one token
+        self.grammar_budget_s = self.grammar_limits.step_budget_ms / 1000.0  # one member's grammars, one step
+        self._grammar_spent: dict[str, float] = {}  # this step's grammar time so far, per member (SamplingParams.owner)
         # 0: every core while the box is quiet, fewer while other processes keep cores busy (homeai.threads)
         self.core_watch = None if cfg.n_threads else CoreWatch()
         threads = cfg.n_threads or self.core_watch.threads()
@@ -589,6 +592,8 @@ class Runner:
     def collect(self, plan: StepPlan, result: StepResult) -> StepResult:
         """The rest of a launched step: its rows sampled (waiting for llama.cpp to finish computing),
         its embedding inputs run; the step's time from its launch."""
+        if self._grammar_spent:
+            self._grammar_spent.clear()
         if not result.no_kv_slot:
             for pool, group, rows, num_outputs in self._decoded:
                 if not num_outputs:
@@ -710,32 +715,38 @@ class Runner:
         schema's character the vocabulary cannot write: SmolLM2's has no token starting with the
         bytes 0xF1 or 0xF2; llama.cpp would abort the process on accepting a refused token).
         GrammarOverBudget when the grammar's part (the check, the weighing, its accept) took longer
-        than the step budget."""
+        than what is left of the step budget of the request's member (`params.owner`): a member's
+        grammars share one budget a step, so several requests cannot hold a step several budgets long."""
         cur = self.candidates.fill(logits)
         ll.llama_sampler_apply(chain, ctypes.byref(cur))
         token = cur.data[cur.selected].id
+        before = self._grammar_spent.get(params.owner, 0.0)
+        budget = self.grammar_budget_s - before
         start = time.perf_counter()
-        if not self.candidates.allows(grammar, token):
-            cur = self._weigh(logits, grammar, _allowed_needed(params), start)
-            ll.llama_sampler_apply(chain, ctypes.byref(cur))
-            if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
-                return None
-            token = cur.data[cur.selected].id
-        ll.llama_sampler_accept(grammar, token)  # (with many stacks, costly too: timed with the rest)
-        took = time.perf_counter() - start
-        if took > self.grammar_budget_s:
-            raise GrammarOverBudget(took, self.grammar_budget_s)
+        try:
+            if not self.candidates.allows(grammar, token):
+                cur = self._weigh(logits, grammar, _allowed_needed(params), start, budget)
+                ll.llama_sampler_apply(chain, ctypes.byref(cur))
+                if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
+                    return None
+                token = cur.data[cur.selected].id
+            ll.llama_sampler_accept(grammar, token)  # (with many stacks, costly too: timed with the rest)
+        finally:
+            took = time.perf_counter() - start
+            self._grammar_spent[params.owner] = before + took
+        if took > budget:
+            raise GrammarOverBudget(took, self.grammar_budget_s, before)
         ll.llama_sampler_accept(chain, token)
         return token
 
-    def _weigh(self, logits: np.ndarray, grammar, need: int, start: float):
+    def _weigh(self, logits: np.ndarray, grammar, need: int, start: float, budget: float):
         """The candidates the chain picks among once it knows its pick is refused: the best-scored
         tokens weighed so far when `need` of them are allowed (the chain's pick among them is its pick
         among all the allowed ones), else the whole vocabulary with what the grammar refuses at -inf.
         Weighed in chunks, in score order (the best `WEIGHED_FIRST` first), each sized from the
         last's time to end within the budget, the clock read between them: GrammarOverBudget once
-        the budget since `start` is spent."""
-        cands, n_vocab, budget = self.candidates, self.n_vocab, self.grammar_budget_s
+        `budget` since `start` is spent."""
+        cands, n_vocab = self.candidates, self.n_vocab
         per_token = max(time.perf_counter() - start, 1e-6)  # one candidate's weighing (the pick's check), at most
         n = min(WEIGHED_FIRST, n_vocab, max(16, int(budget / 4 / per_token)))
         began = time.perf_counter()
@@ -755,7 +766,7 @@ class Runner:
             now = time.perf_counter()
             per_token, left = max((now - began) / size, 1e-8), start + budget - now
             if left <= 0:
-                raise GrammarOverBudget(now - start, budget)
+                raise GrammarOverBudget(now - start, self.grammar_budget_s, self.grammar_budget_s - budget)
             size = int(min(len(rest) - pos, CHUNK, max(16, left / 2 / per_token)))
             chunk = rest[pos:pos + size]
             began = time.perf_counter()

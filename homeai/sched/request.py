@@ -80,6 +80,7 @@ class SamplingParams:
     record_logits: bool = False  # keep each sampled row's logits (evaluation and tests)
     ignore_eos: bool = False  # keep going past end-of-generation tokens (benchmarks)
     grammar: Grammar | None = None  # hold the output to a grammar (tool calls, structured output)
+    owner: str = ""  # whose grammars share a step's grammar budget (the engine sets the request's member)
 
 
 class Sample(NamedTuple):

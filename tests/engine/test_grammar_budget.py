@@ -130,6 +130,24 @@ def test_a_grammar_past_the_step_budget_is_cut_short(runner, counted, monkeypatc
     assert sum(counted) < runner.n_vocab / 4
 
 
+def test_a_members_grammars_share_one_budget_a_step(runner, monkeypatch):
+    """Two of alice's grammars in one step cannot take two budgets: once her grammars have spent the
+    step's, her next pick that needs weighing ends, naming what her others took; bob's same pick, in
+    the same step, has a budget of its own; the next step gives alice hers again."""
+    monkeypatch.setattr(runner, "grammar_budget_s", 60.0)
+    monkeypatch.setattr(runner, "_grammar_spent", {"alice": 60.0})  # her grammars' time so far this step
+    digits = allowed_by(runner, "root ::= [0-9]")
+    logits = np.zeros(runner.n_vocab, dtype=np.float32)
+    logits[np.setdiff1d(np.arange(runner.n_vocab), digits)[:1000]] = 5.0  # the best 1,000 all refused
+    alice, bob = SamplingParams(temperature=0, owner="alice"), SamplingParams(temperature=0, owner="bob")
+    with pytest.raises(GrammarOverBudget, match="after 60000 ms of its member's other grammars in this step"):
+        runner_pick(runner, logits, "root ::= [0-9]", alice)
+    assert runner_pick(runner, logits, "root ::= [0-9]", bob) in set(digits.tolist())
+    assert runner._grammar_spent["bob"] < 60.0
+    runner._grammar_spent.clear()  # what a step's collect does first
+    assert runner_pick(runner, logits, "root ::= [0-9]", alice) in set(digits.tolist())
+
+
 @pytest.mark.parametrize("plan_ahead", [False, True], ids=["plain", "ahead"])
 def test_a_request_past_the_budget_ends_with_an_error_and_the_others_go_on(runner, make_engine, monkeypatch, plan_ahead):
     """bob's free answer and alice's grammar share steps; alice's grammar cannot pick within the
@@ -142,6 +160,7 @@ def test_a_request_past_the_budget_ends_with_an_error_and_the_others_go_on(runne
                         params=SamplingParams(temperature=0, max_tokens=12, ignore_eos=True))
     alice = engine.submit(prompt, lane="chat", member="alice",
                           params=SamplingParams(temperature=0, max_tokens=12, grammar=Grammar('root ::= "zqxj" [0-9]+')))
+    assert alice.request.params.owner == "alice"  # her grammars share one budget a step
     alice_events, bob_events = list(alice), list(bob)
     finish = alice_events[-1]
     assert finish.reason == "error" and "step_budget_ms" in finish.error
