@@ -93,6 +93,10 @@ class ModelConfig:
     flash_attn: str = "auto"  # on | off | auto: on with GPU offload, off on the CPU (slow there for long contexts)
     embed_n_ctx: int = 2048  # cells of the embedding context: tokens of inputs in flight (and the longest input)
     embed_n_seq_max: int = 64  # embedding inputs in flight at once
+    # The turn format: empty, the GGUF's own chat template, or (when it has none) one chosen from the
+    # model's architecture and tokenizer; else a known family's name (`homeai doctor` lists them) or a
+    # Jinja2 template file, used instead of the GGUF's.
+    chat_template: str = ""
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ def facts(cfg: Config) -> dict:
     try:
         model = generation_model(cfg)
         out["model"] = f"{model} ({_size(model)})" + (" [embedded]" if model == embedded_gguf() else "")
-        out["chat_template"] = _chat_template(model)
+        out["chat_template"] = _chat_template(model, cfg.model.chat_template)
         out["kv_caches"] = _kv_caches(cfg, model)
     except FileNotFoundError as e:
         out["model"] = f"MISSING: {e}"
@@ -138,12 +138,12 @@ def _memory(on_gpu: bool) -> tuple[str, int]:
     return "RAM", os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def _chat_template(model: Path) -> str:
+def _chat_template(model: Path, configured: str = "") -> str:
     """Which chat template formats prompts; a template that does not compile is said here, in full."""
     from homeai.engine.runner import RunnerError, chat_template_choice
 
     try:
-        return chat_template_choice(model).description
+        return chat_template_choice(model, configured).description
     except RunnerError as e:
         return f"UNKNOWN: {e}"
 

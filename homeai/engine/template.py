@@ -117,12 +117,14 @@ class ChatTemplate:
             raise TemplateCompileError(f"the chat template does not compile: {e.message or e}{where}") from None
 
     def render(self, messages: list[dict], tools: list[dict] | None = None,
-               add_generation_prompt: bool = True) -> str:
+               add_generation_prompt: bool = True, extra: dict | None = None) -> str:
         """The prompt text for `messages` (OpenAI-shaped dicts) and, if any, `tools` (OpenAI's
-        `{"type": "function", "function": {...}}` entries, passed to the template as they are)."""
+        `{"type": "function", "function": {...}}` entries, passed to the template as they are).
+        `extra` are further variables for the template (`enable_thinking`, `reasoning_effort`: what a
+        request's `chat_template_kwargs` or `think` set); they cannot replace the ones named here."""
         try:
-            return self._template.render(messages=[_for_template(m) for m in messages], tools=tools or None,
-                                         add_generation_prompt=add_generation_prompt,
+            return self._template.render(**(extra or {}), messages=[_for_template(m) for m in messages],
+                                         tools=tools or None, add_generation_prompt=add_generation_prompt,
                                          bos_token=self.bos_token, eos_token=self.eos_token)
         except _Refused as e:
             raise ChatRenderError(f"the model's chat template refused these messages: {e}") from None
@@ -132,14 +134,14 @@ class ChatTemplate:
 
 
     def prompt(self, messages: list[dict], tools: list[dict] | None = None, *, tokenizer_adds_bos: bool,
-               control_texts: Sequence[str] = ()) -> "ChatPrompt":
+               control_texts: Sequence[str] = (), extra: dict | None = None) -> "ChatPrompt":
         """The prompt for a reply, in parts: the template's own text, and the strings members wrote
         (`control_texts`: the vocabulary's control tokens, wrapped apart inside them). Templates
         often write `bos_token` first; a tokenizer that adds BOS itself would then give two, so the
         prompt leaves it out and the tokenizer puts it back (llama-server does the same). A
         tokenizer that adds none keeps the template's."""
         marks = Marks(control_texts, (messages, tools))
-        text = self.render(marks.messages(messages), marks.tools(tools), add_generation_prompt=True)
+        text = self.render(marks.messages(messages), marks.tools(tools), add_generation_prompt=True, extra=extra)
         prompt = marks.split(text)
         first = prompt.parts[0] if prompt.parts else None
         if (tokenizer_adds_bos and self.bos_token and first is not None and first.source is Source.TEMPLATE
@@ -330,7 +332,8 @@ class TemplateChoice:
     error: str | None = None  # why the model's own template is not in use, when it has one
 
 
-def choose(source: str | None, *, bos_token: str, eos_token: str) -> TemplateChoice:
+def choose(source: str | None, *, bos_token: str, eos_token: str, architecture: str = "",
+           control_texts: Sequence[str] = (), configured: str = "") -> TemplateChoice:
     """The model's template when it has one that compiles; otherwise the built-in formatter.
 
     A template that does not compile is replaced by the built-in formatter rather than stopping
@@ -345,9 +348,11 @@ def choose(source: str | None, *, bos_token: str, eos_token: str) -> TemplateCho
     return TemplateChoice(template, "the model's own (tokenizer.chat_template, in a Jinja2 sandbox)")
 
 
-def load(source: str | None, *, bos_token: str, eos_token: str) -> TemplateChoice:
+def load(source: str | None, *, bos_token: str, eos_token: str, architecture: str = "",
+         control_texts: Sequence[str] = (), configured: str = "") -> TemplateChoice:
     """`choose`, said in the log once, when the model loads."""
-    choice = choose(source, bos_token=bos_token, eos_token=eos_token)
+    choice = choose(source, bos_token=bos_token, eos_token=eos_token, architecture=architecture,
+                    control_texts=control_texts, configured=configured)
     if choice.error:
         log.warning("%s; formatting chats with llama.cpp's built-in formatter instead", choice.error)
     else:
