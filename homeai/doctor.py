@@ -51,11 +51,13 @@ def facts(cfg: Config) -> dict:
     try:
         model = generation_model(cfg)
         out["model"] = f"{model} ({_size(model)})" + (" [embedded]" if model == embedded_gguf() else "")
-        out["chat_template"] = _chat_template(model, cfg.model.chat_template)
+        out["chat_template"], template_warning = _chat_template(model, cfg.model.chat_template)
         out["kv_caches"] = _kv_caches(cfg, model)
     except FileNotFoundError as e:
         out["model"] = f"MISSING: {e}"
         out["chat_template"] = out["kv_caches"] = "unknown (no model)"
+        template_warning = None
+    out["turn_formats"] = _turn_formats()
     emb = embedding_model(cfg)
     out["embedding_model"] = f"{emb} ({_size(emb)})" if emb else "the generation model, mean-pooled"
     out["speech_model"] = _speech_model(cfg)
@@ -73,6 +75,8 @@ def facts(cfg: Config) -> dict:
     out["connections"] = caps.describe()
     if caps.warning() is not None:
         out["warnings"].append(caps.warning())
+    if template_warning is not None:
+        out["warnings"].append(template_warning)
     return out
 
 
@@ -138,14 +142,30 @@ def _memory(on_gpu: bool) -> tuple[str, int]:
     return "RAM", os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def _chat_template(model: Path, configured: str = "") -> str:
-    """Which chat template formats prompts; a template that does not compile is said here, in full."""
+def _chat_template(model: Path, configured: str = "") -> tuple[str, str | None]:
+    """Which chat template formats prompts and why, and a warning when it is a guess or stands in
+    for one that does not compile; a `model.chat_template` that names nothing is said in full."""
     from homeai.engine.runner import RunnerError, chat_template_choice
+    from homeai.engine.template import TemplateCompileError
 
     try:
-        return chat_template_choice(model, configured).description
+        choice = chat_template_choice(model, configured)
+    except TemplateCompileError as e:
+        return f"ERROR: {e}", f"homeai serve will not start: {e}"
     except RunnerError as e:
-        return f"UNKNOWN: {e}"
+        return f"UNKNOWN: {e}", None
+    if choice.error:
+        return choice.description, f"the model's chat template is not in use: {choice.error}"
+    if choice.guessed:
+        return choice.description, ("no chat template and no known turn format in the model: if answers run on "
+                                    "past their turn, name its format in model.chat_template")
+    return choice.description, None
+
+
+def _turn_formats() -> str:
+    from homeai.engine import families
+
+    return f"{', '.join(families.NAMES)} (model.chat_template names one, or a Jinja2 file)"
 
 
 def _kv_caches(cfg: Config, model: Path) -> str:
@@ -199,7 +219,8 @@ def render(info: dict) -> str:
               "cuda_graphs": "CUDA graphs", "plan_ahead": "planning ahead",
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
-              "model": "generation model", "chat_template": "chat template", "kv_caches": "KV caches",
+              "model": "generation model", "chat_template": "chat template", "turn_formats": "turn formats built in",
+              "kv_caches": "KV caches",
               "embedding_model": "embedding model",
               "speech_model": "speech model", "tts_voice": "speech out (piper voice)", "data_dir": "data directory", "database": "database",
               "listen": "listens on", "connections": "HTTP connections", "memory": "model memory"}

@@ -48,7 +48,7 @@ from llama_cpp.llama_grammar import SchemaConverter
 
 from homeai import gguf_header
 from homeai.config import GrammarConfig, ModelConfig
-from homeai.engine import gpu, kvsize, markup, template
+from homeai.engine import families, gpu, kvsize, markup, template
 from homeai.engine.grammar_check import GrammarChecker
 from homeai.threads import CoreWatch
 from homeai.sched.request import Grammar, Sample, SamplingParams
@@ -186,6 +186,16 @@ def _reply_markup(vocab) -> frozenset[int]:
     for token in range(ll.llama_vocab_n_tokens(vocab)):
         if ll.llama_vocab_get_attr(vocab, token) & wanted and not ll.llama_vocab_is_eog(vocab, token):
             if (ll.llama_vocab_get_text(vocab, token) or b"").decode("utf-8", errors="replace") in markup.REPLY:
+                out.add(token)
+    return frozenset(out)
+
+
+def _control_tokens(vocab, texts: frozenset[str]) -> frozenset[int]:
+    """The vocabulary's control tokens whose text is one of `texts`."""
+    out = set()
+    for token in range(ll.llama_vocab_n_tokens(vocab)):
+        if ll.llama_vocab_get_attr(vocab, token) & ll.LLAMA_TOKEN_ATTR_CONTROL:
+            if (ll.llama_vocab_get_text(vocab, token) or b"").decode("utf-8", errors="replace") in texts:
                 out.add(token)
     return frozenset(out)
 
@@ -468,6 +478,7 @@ class Runner:
         facts = _chat_template_source(self.model, self.vocab, cfg.chat_template)
         self.chat = template.load(**facts)  # compiled once, here
         self.control_texts = facts["control_texts"]  # wrapped apart in members' text (template.Marks)
+        self._turn_openers = _control_tokens(self.vocab, families.TURN_OPENERS)  # end a reply, as its EOG does
         self._markup = _reply_markup(self.vocab)  # control tokens a reply's text keeps (markup.REPLY)
         self.kv = _kv_sizes(self.model, cfg)
         self.ctx = _context(self.model, n_ctx=self.kv.main, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
@@ -561,34 +572,14 @@ class Runner:
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                             extra: dict | None = None) -> template.ChatPrompt:
-        """Render messages (and tools) for the model, ending at the assistant's turn: with the GGUF's own
-        chat template (homeai.engine.template), or llama.cpp's built-in formatter when it has none.
-        The prompt is in parts by who wrote them, for `tokenize` (special tokens added), so it holds
-        one BOS, not two. `extra`: further variables for the template (`enable_thinking`, ...).
-        Raises ChatRenderError for messages the template refuses."""
-        if self.chat.template is not None:
-            return self.chat.template.prompt(messages, tools, control_texts=self.control_texts, extra=extra,
-                                             tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)))
-        if tools:
-            raise template.ChatRenderError("tools need the model's own chat template; this model has none")
-        marks = template.Marks(self.control_texts, messages)
-        marked = [{"role": m["role"], "content": marks.text(m["content"] or "")} for m in messages]
-        return marks.split(self._builtin_chat_template(marked))
-
-    def _builtin_chat_template(self, messages: list[dict]) -> str:
-        """llama.cpp's built-in formatter, which guesses the format from the template's name or text."""
-        source = ll.llama_model_chat_template(self.model, None) or b"chatml"
-        encoded = [(m["role"].encode(), (m["content"] or "").encode()) for m in messages]
-        chat = (ll.llama_chat_message * len(encoded))(*[ll.llama_chat_message(r, c) for r, c in encoded])
-        size = 2 * sum(len(r) + len(c) for r, c in encoded) + 256
-        buf = ctypes.create_string_buffer(size)
-        n = ll.llama_chat_apply_template(source, chat, len(encoded), True, buf, size)
-        if n > size:
-            buf = ctypes.create_string_buffer(n)
-            n = ll.llama_chat_apply_template(source, chat, len(encoded), True, buf, n)
-        if n < 0:
-            raise RunnerError("the model's chat template could not be applied")
-        return buf.raw[:n].decode("utf-8", errors="replace")
+        """Render messages (and tools) for the model, ending at the assistant's turn, with the chat
+        template chosen at load (`self.chat`: the configured one, the GGUF's own, or the built-in one
+        of the model's family: homeai.engine.template). The prompt is in parts by who wrote them,
+        for `tokenize` (special tokens added), so it holds one BOS, not two. `extra`: further
+        variables for the template (`enable_thinking`, ...). Raises ChatRenderError for messages
+        the template refuses."""
+        return self.chat.template.prompt(messages, tools, control_texts=self.control_texts, extra=extra,
+                                         tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)))
 
     # ---- one step --------------------------------------------------------------
 
@@ -733,7 +724,7 @@ class Runner:
     def _is_eog(self, token: int) -> bool:
         eog = self._eog.get(token)
         if eog is None:
-            eog = self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
+            eog = self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token)) or token in self._turn_openers
         return eog
 
     def _sample_in_grammar(self, logits: np.ndarray, chain, grammar, params: SamplingParams) -> int | None:

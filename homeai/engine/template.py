@@ -21,9 +21,11 @@ is wrapped on its own as well, so a template that slices a string (`content.spli
 carry it out of its markers; text a template moved out of order is members' text. The leading
 parts no member wrote are the prompt's public prefix (`PromptTokens.public_len`).
 
-`choose` picks what the runner formats chats with: the model's template, or, only when the
-GGUF has none (or it does not compile), llama.cpp's built-in formatter, with a line saying which
-for the start log and `homeai doctor`.
+`choose` picks what the runner formats chats with, always a Jinja2 template: the one named by
+`model.chat_template` (a family homeai knows, or a file), else the GGUF's own, else (it has none,
+or it does not compile) the built-in template of the family the model speaks (homeai.engine.families),
+with a line saying which and why for the start log and `homeai doctor`. A name that is neither a
+family nor a file is an `UnknownTemplate`, which stops the start.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
 import jinja2
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from homeai.engine import families
 from lanes.base import ServerText
 
 log = logging.getLogger("homeai.engine")
@@ -49,6 +53,10 @@ log = logging.getLogger("homeai.engine")
 
 class TemplateCompileError(ValueError):
     """The GGUF's chat template is not a template Jinja2 can compile."""
+
+
+class UnknownTemplate(TemplateCompileError):
+    """`model.chat_template` names neither a turn format homeai knows nor a file."""
 
 
 class ChatRenderError(ValueError):
@@ -115,22 +123,45 @@ class ChatTemplate:
         except jinja2.TemplateError as e:
             where = f" (line {e.lineno})" if getattr(e, "lineno", None) else ""
             raise TemplateCompileError(f"the chat template does not compile: {e.message or e}{where}") from None
+        self.system_role = self._takes_system_messages()
+
+    def _takes_system_messages(self) -> bool:
+        """Whether the template writes a system message (Gemma 2's refuses one; Gemma 1's drops it)."""
+        probe = f"system-{secrets.token_hex(8)}"
+        try:
+            return probe in self._render([{"role": "system", "content": probe}, {"role": "user", "content": "hi"}],
+                                         None, True, None)
+        except Exception:  # noqa: BLE001 - a template that fails on the probe does not take them
+            return False
 
     def render(self, messages: list[dict], tools: list[dict] | None = None,
                add_generation_prompt: bool = True, extra: dict | None = None) -> str:
         """The prompt text for `messages` (OpenAI-shaped dicts) and, if any, `tools` (OpenAI's
-        `{"type": "function", "function": {...}}` entries, passed to the template as they are).
-        `extra` are further variables for the template (`enable_thinking`, `reasoning_effort`: what a
-        request's `chat_template_kwargs` or `think` set); they cannot replace the ones named here."""
+        `{"type": "function", "function": {...}}` entries, passed to the template as they are;
+        without any, `tools` is undefined, as llama.cpp leaves it: Phi-4-mini's template tests
+        `tools is defined`). `extra` are further variables for the template (`enable_thinking`,
+        `reasoning_effort`: what a request's `chat_template_kwargs` or `think` set); they cannot
+        replace the ones named here. For a template that takes no system message, its text opens
+        the next user message instead (llama.cpp does the same), so Home Assistant's system prompt
+        reaches Gemma 2 rather than being refused."""
+        messages = [_for_template(m) for m in messages]
+        if not self.system_role:
+            messages = _system_folded(messages)
         try:
-            return self._template.render(**(extra or {}), messages=[_for_template(m) for m in messages],
-                                         tools=tools or None, add_generation_prompt=add_generation_prompt,
-                                         bos_token=self.bos_token, eos_token=self.eos_token)
+            return self._render(messages, tools, add_generation_prompt, extra)
         except _Refused as e:
             raise ChatRenderError(f"the model's chat template refused these messages: {e}") from None
         except Exception as e:  # the template is code: any failure on these messages is a refusal, not a crash
             raise ChatRenderError(f"the model's chat template could not render these messages: "
                                   f"{type(e).__name__}: {e}") from None
+
+    def _render(self, messages: list[dict], tools, add_generation_prompt: bool, extra: dict | None) -> str:
+        variables = {k: v for k, v in (extra or {}).items() if k != "tools"}
+        variables.update(messages=messages, add_generation_prompt=add_generation_prompt,
+                         bos_token=self.bos_token, eos_token=self.eos_token)
+        if tools:
+            variables["tools"] = tools
+        return self._template.render(**variables)
 
 
     def prompt(self, messages: list[dict], tools: list[dict] | None = None, *, tokenizer_adds_bos: bool,
@@ -162,6 +193,26 @@ def _for_template(message: dict) -> dict:
     out = {k: v for k, v in message.items() if k != "tool_calls"}
     if calls:
         out["tool_calls"] = [_call_for_template(c) for c in calls]
+    return out
+
+
+def _system_folded(messages: list[dict]) -> list[dict]:
+    """System messages' text moved into the user message after them (or, with none after them, into
+    one of its own), for a template that takes no system message."""
+    if any(not isinstance(m.get("content") or "", str) for m in messages):
+        return messages  # content parts: the template's own business
+    out: list[dict] = []
+    held: list[str] = []
+    for message in messages:
+        if message.get("role") == "system":
+            held.append(message.get("content") or "")
+            continue
+        if held and message.get("role") == "user":
+            message = {**message, "content": "\n\n".join([*held, message.get("content") or ""])}
+            held = []
+        out.append(message)
+    if held:
+        out.append({"role": "user", "content": "\n\n".join(held)})
     return out
 
 
@@ -325,27 +376,65 @@ def _add(parts: list[Part], text: str, source: Source) -> None:
 
 @dataclass(frozen=True)
 class TemplateChoice:
-    """What the runner formats chats with. `template` is None when it is llama.cpp's built-in formatter."""
+    """What the runner formats chats with, and why."""
 
-    template: ChatTemplate | None
+    template: ChatTemplate
+    name: str  # "gguf" (the model's own), "file" (model.chat_template's), or a built-in family's name
     description: str  # one line for the start log and `homeai doctor`
     error: str | None = None  # why the model's own template is not in use, when it has one
+    guessed: bool = False  # a built-in template nothing in the model named: the fallback
 
 
 def choose(source: str | None, *, bos_token: str, eos_token: str, architecture: str = "",
            control_texts: Sequence[str] = (), configured: str = "") -> TemplateChoice:
-    """The model's template when it has one that compiles; otherwise the built-in formatter.
+    """The template `configured` names (`model.chat_template`: a family or a file), else the
+    model's own when it has one that compiles, else the built-in one of the family it speaks.
 
-    A template that does not compile is replaced by the built-in formatter rather than stopping
-    the server (llama-server does the same): the household keeps a working assistant, with a
-    plainer prompt, while the start log and `homeai doctor` say what is wrong."""
-    if not source:
-        return TemplateChoice(None, "llama.cpp's built-in formatter (the model has no chat template)")
+    A GGUF template that does not compile is replaced rather than stopping the server (llama-server
+    does the same): the household keeps a working assistant while the start log and `homeai doctor`
+    say what is wrong. A configured one that does not, or a name that is neither a family nor a
+    file, is the user's to fix: `TemplateCompileError` (`UnknownTemplate`)."""
+    if configured:
+        return _configured(configured, bos_token, eos_token)
+    error = None
+    if source:
+        try:
+            return TemplateChoice(ChatTemplate(source, bos_token=bos_token, eos_token=eos_token), "gguf",
+                                  "the model's own (tokenizer.chat_template, in a Jinja2 sandbox)")
+        except TemplateCompileError as e:
+            error = str(e)
+    found = families.detect(architecture, control_texts)
+    why = "the model's own does not compile" if error else "the GGUF has no chat template"
+    return TemplateChoice(ChatTemplate(found.family.source, bos_token=bos_token, eos_token=eos_token),
+                          found.family.name, f"{found.family.name} (built in: {why}; {found.reason})",
+                          error=error, guessed=found.guessed)
+
+
+def _configured(configured: str, bos_token: str, eos_token: str) -> TemplateChoice:
+    family = families.BY_NAME.get(configured)
+    if family is not None:
+        return TemplateChoice(ChatTemplate(family.source, bos_token=bos_token, eos_token=eos_token), family.name,
+                              f"{family.name} (built in; model.chat_template)")
+    path = Path(configured).expanduser()
+    if not path.is_file():
+        raise UnknownTemplate(f"model.chat_template = {configured!r} is neither a turn format homeai knows "
+                              f"({', '.join(families.NAMES)}) nor a file")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TemplateCompileError(f"model.chat_template: {path} cannot be read: {e}") from None
     try:
         template = ChatTemplate(source, bos_token=bos_token, eos_token=eos_token)
     except TemplateCompileError as e:
-        return TemplateChoice(None, f"llama.cpp's built-in formatter, because {e}", error=str(e))
-    return TemplateChoice(template, "the model's own (tokenizer.chat_template, in a Jinja2 sandbox)")
+        raise TemplateCompileError(f"model.chat_template: {path}: {e}") from None
+    return TemplateChoice(template, "file", f"the file {path} (model.chat_template)")
+
+
+def check_configured(configured: str) -> None:
+    """`model.chat_template` checked before the model loads (`homeai serve`), so that a name
+    that is neither a family nor a file, or a file that does not compile, stops the start."""
+    if configured:
+        _configured(configured, bos_token="", eos_token="")
 
 
 def load(source: str | None, *, bos_token: str, eos_token: str, architecture: str = "",
@@ -354,7 +443,10 @@ def load(source: str | None, *, bos_token: str, eos_token: str, architecture: st
     choice = choose(source, bos_token=bos_token, eos_token=eos_token, architecture=architecture,
                     control_texts=control_texts, configured=configured)
     if choice.error:
-        log.warning("%s; formatting chats with llama.cpp's built-in formatter instead", choice.error)
+        log.warning("%s; formatting chats with %s", choice.error, choice.description)
+    elif choice.guessed:
+        log.warning("chat template: %s; name one with model.chat_template (%s, or a Jinja2 file) if "
+                    "answers run on past their turn", choice.description, ", ".join(families.NAMES))
     else:
         log.info("chat template: %s", choice.description)
     return choice
