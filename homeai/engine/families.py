@@ -11,9 +11,10 @@ first family whose markers are all control tokens of the vocabulary (`<start_of_
 Llama 3's, ChatML or Mistral's turns, so only the vocabulary tells those apart.
 
 Each family's template is a file in `templates/` (`<name>.jinja`), written here in the family's
-documented turn format. They format turns only: a model served with one gets tools the generic way
-(described in the system prompt, its calls held to a grammar: homeai.tools), as the word for them
-appears nowhere in these files. `model.chat_template` may name a family to use instead of the GGUF's own.
+documented turn format. They format turns only and render no tool definitions, so a model served
+with one gets tools the generic way (described in the system prompt, its calls held to a grammar:
+homeai.tools reads that from the template's source). `model.chat_template` may name a family to use
+instead of the GGUF's own.
 """
 
 from __future__ import annotations

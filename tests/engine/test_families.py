@@ -101,6 +101,37 @@ def test_homeai_serve_stops_on_an_unknown_name_with_the_message_and_no_traceback
                    "homeai knows (chatml, gemma, granite, llama3, mistral, phi4) nor a file\n")
 
 
+def test_the_start_log_says_which_template_and_warns_of_a_guess_or_a_replaced_one(caplog):
+    from homeai.engine.template import load
+
+    with caplog.at_level("INFO", logger="homeai.engine"):
+        load(None, bos_token="<bos>", eos_token="<eos>", architecture="gemma3")
+        load(None, bos_token="", eos_token="", architecture="rwkv7")
+        load("{% if %}", bos_token="", eos_token="", control_texts=("<|im_start|>", "<|im_end|>"))
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said[0] == ("INFO", "chat template: gemma (built in: the GGUF has no chat template; chosen from "
+                               "architecture gemma3)")
+    assert said[1][0] == "WARNING" and "name one with model.chat_template (chatml, gemma, granite, llama3, " \
+                                          "mistral, phi4, or a Jinja2 file)" in said[1][1]
+    assert said[2][0] == "WARNING" and said[2][1].startswith("the chat template does not compile") and \
+        said[2][1].endswith("formatting chats with chatml (built in: the model's own does not compile; chosen "
+                            "from the vocabulary's <|im_start|> token)")
+
+
+@pytest.mark.model
+def test_doctor_says_which_template_and_why_and_warns_of_a_name_that_stops_the_start():
+    from homeai.doctor import _chat_template, _turn_formats
+    from homeai.models import embedded_gguf
+
+    smollm2 = embedded_gguf()
+    assert _chat_template(smollm2) == ("the model's own (tokenizer.chat_template, in a Jinja2 sandbox)", None)
+    assert _chat_template(smollm2, "gemma") == ("gemma (built in; model.chat_template)", None)
+    line, warning = _chat_template(smollm2, "gemma3")
+    assert line.startswith("ERROR: model.chat_template = 'gemma3' is neither a turn format homeai knows")
+    assert warning.startswith("homeai serve will not start: model.chat_template = 'gemma3'")
+    assert _turn_formats() == "chatml, gemma, granite, llama3, mistral, phi4 (model.chat_template names one, or a Jinja2 file)"
+
+
 def test_the_built_in_templates_render_no_tools_so_tools_take_the_generic_form():
     from homeai.tools import for_template
 
