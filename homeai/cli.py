@@ -174,6 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_serve(cfg: config_mod.Config, args) -> int:
+    from homeai.engine.template import TemplateCompileError, check_configured
+
+    try:  # the model loads after the server starts: a template named wrong stops it here instead
+        check_configured(cfg.model.chat_template)
+    except TemplateCompileError as e:
+        raise config_mod.ConfigError(f"{cfg.source}: {e}") from None
     from homeai.api.app import create_app
     from homeai.api.shutdown import serve
 
