@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from homeai.config import GrammarConfig
 from homeai.sched.request import Grammar
 from homeai.tools import bounds
-from homeai.tools.formats import CallFormat
+from homeai.tools.formats import CallFormat, RawCall
 from homeai.tools.spec import ToolError, ToolSet, check_schema, dumps
 
 DEFAULT_LIMITS = GrammarConfig()
@@ -44,8 +44,9 @@ class ToolPlan:
     tools: ToolSet
     format: CallFormat
 
-    def grammar(self, limits: GrammarConfig = DEFAULT_LIMITS) -> Grammar:
-        """Raises ToolError for tools past the `[grammar]` limits (`bounds`), a schema that is not valid
+    def grammar(self, limits: GrammarConfig = DEFAULT_LIMITS) -> Grammar | None:
+        """None for a format no grammar holds (harmony: its calls are parsed and checked). Raises
+        ToolError for tools past the `[grammar]` limits (`bounds`), a schema that is not valid
         or that the grammar converter cannot handle. The cheap checks come first: the number of tools
         and their size as JSON, before any schema is validated (each costs ~1 ms; 2,800 took seconds)."""
         offered = self.tools.tools
@@ -57,8 +58,15 @@ class ToolPlan:
             check_schema(tool.parameters, f"tools.{i}.function.parameters")
             bounds.check_schema(tool.parameters, f"tools.{i}.function.parameters", limits)
         grammar = self.format.grammar(self.tools)
-        bounds.check_gbnf(grammar.text, "tools", limits)
+        if grammar is not None:
+            bounds.check_gbnf(grammar.text, "tools", limits)
         return grammar
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        """Text that ends the reply in this format (FunctionGemma's `<end_function_call>`: the tool's
+        answer would come next), for the request's stop strings."""
+        return self.format.stops
 
     def template_tools(self) -> list[dict] | None:
         """The `tools` for the chat template: none for a template that knows no tools (the system
@@ -84,24 +92,30 @@ class ToolPlan:
     def whole_calls(self, text: str) -> list[ToolCall]:
         """The calls written whole so far, each valid for its tool, up to the first that is not."""
         calls = []
-        for name, arguments in self.format.whole_calls(text)[:None if self.tools.parallel else 1]:
-            tool = self.tools.find(name)
-            if tool is None or tool.check_arguments(arguments) is not None:
+        for raw in self.format.whole_calls(text)[:None if self.tools.parallel else 1]:
+            call = self._checked(raw)
+            if call is None:
                 break
-            calls.append(ToolCall(name, arguments))
+            calls.append(call)
         return calls
+
+    def _checked(self, raw: RawCall) -> ToolCall | None:
+        """The call, if it names an offered tool with arguments that fit its schema (typed by the
+        format first: XML's values are text); the model's own id kept, if it wrote one."""
+        tool = self.tools.find(raw.name)
+        if tool is None:
+            return None
+        arguments = self.format.arguments_for(tool, raw.arguments)
+        if tool.check_arguments(arguments) is not None:
+            return None
+        return ToolCall(raw.name, arguments, raw.id or self.format.new_id())
 
     def _valid(self, raw: list) -> list[ToolCall] | None:
         """The calls, if every one names an offered tool with arguments that fit its schema."""
         if not raw or (len(raw) > 1 and not self.tools.parallel):
             return None
-        calls = []
-        for name, arguments in raw:
-            tool = self.tools.find(name)
-            if tool is None or tool.check_arguments(arguments) is not None:
-                return None
-            calls.append(ToolCall(name, arguments))
-        return calls
+        calls = [self._checked(call) for call in raw]
+        return None if None in calls else calls
 
     def stream(self) -> "CallStream":
         return CallStream(self)
@@ -125,18 +139,13 @@ class CallStream:
         self.text += delta
         if self.in_call:
             return ""
-        unsent = self.text[self.sent:]
         fmt = self.plan.format
-        base = self.sent if fmt.anywhere else 0
-        scan = unsent if fmt.anywhere else self.text
-        opens = fmt.opens_at(scan)
+        opens = fmt.opens_at(self.text, self.sent)
         if opens is not None:
             self.in_call = True
-            return self._send_to(base + opens)
-        may = fmt.may_open_at(scan)
-        if may is not None:
-            return self._send_to(base + may)
-        return self._send_to(len(self.text))
+            return self._send_to(opens)
+        may = fmt.may_open_at(self.text, self.sent)
+        return self._send_to(may if may is not None else len(self.text))
 
     def new_calls(self) -> list[ToolCall]:
         """The calls written whole since the last time, each valid for its tool (they are then sent:

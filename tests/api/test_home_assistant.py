@@ -6,6 +6,8 @@ default lane is voice. Two turns: the second reads its long prefix from the prom
 
 Whether the model calls a tool or answers in words is not asserted (tests/api/test_tools.py owns
 tool behaviour); a tool call is answered and followed up, as Home Assistant's tool loop does.
+Home Assistant's loop itself runs too: ten rounds of calls and their `{"data", "error"}` results,
+its tools named with their `intent__` and `homeassistant__` prefixes.
 
 Run: .venv/bin/python -m pytest tests/api/test_home_assistant.py
 """
@@ -13,13 +15,14 @@ Run: .venv/bin/python -m pytest tests/api/test_home_assistant.py
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime
 
 import httpx
 import ollama
 import pytest
 
-from homeai.bench.assistant_bench import chat_kwargs, system_prompt, tool_results
+from homeai.bench.assistant_bench import TOOLS, chat_kwargs, system_prompt, tool_results
 from homeai.config import SpeechConfig
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import add_member
@@ -124,3 +127,51 @@ def test_two_spoken_turns_the_second_served_from_the_prompt_cache(served, ha, au
 
     system_tokens = len(runner.tokenize(SYSTEM))
     assert cached_by_turn[1] >= 0.8 * system_tokens, (cached_by_turn, system_tokens)
+
+
+# Home Assistant names each tool after the API that gives it.
+PREFIXED = {"HassTurnOn": "intent__HassTurnOn", "HassTurnOff": "intent__HassTurnOff",
+            "GetLiveContext": "homeassistant__GetLiveContext"}
+HA_TOOLS = [{**t, "function": {**t["function"], "name": PREFIXED[t["function"]["name"]]}} for t in TOOLS]
+ROOMS = ["kitchen", "living room", "bedroom", "hall", "office", "garage", "porch", "bathroom", "attic", "garden"]
+
+
+def result(call: dict, room: str) -> dict:
+    """Home Assistant's answer to a call: its tool's result as JSON `{data, error}`."""
+    data = {"success": [{"name": room, "type": "area", "id": room.replace(" ", "_")}], "failed": []}
+    return {"role": "tool", "tool_name": call["function"]["name"], "content": json.dumps({"data": data, "error": None})}
+
+
+def test_ten_rounds_of_calls_and_results(ha):
+    """Each round sends the history so far, every earlier call with its result, and gets an answer:
+    words, or calls of the offered tools by their prefixed names. The round's calls are the model's
+    own when it makes some; else a recorded call stands in for it (this small model may answer in
+    words), so that every round holds one more call and result than the one before."""
+    model = ha.list().models[0].model
+    history = [{"role": "system", "content": system_prompt(6, datetime(2026, 12, 1, 7, 30))},
+               {"role": "user", "content": "Turn on the lights in every room, one room at a time."}]
+    prompt_tokens, own_calls = [], 0
+    for room in ROOMS:
+        parts = list(ha.chat(**ha_round(model, history)))
+        assert parts[-1].done and parts[-1].done_reason in ("stop", "length")
+        calls = [{"function": {"name": c.function.name, "arguments": dict(c.function.arguments)}}
+                 for p in parts for c in p.message.tool_calls or ()]
+        assert {c["function"]["name"] for c in calls} <= set(PREFIXED.values()), calls
+        own_calls += len(calls)
+        calls = calls or [{"function": {"name": "intent__HassTurnOn",
+                                        "arguments": {"area": room, "domain": ["light"]}}}]
+        content = "".join(p.message.content or "" for p in parts)
+        history.append({"role": "assistant", "content": content, "tool_calls": calls})
+        history += [result(call, room) for call in calls]
+        prompt_tokens.append(parts[-1].prompt_eval_count)
+    assert len(prompt_tokens) == 10 and all(a < b for a, b in zip(prompt_tokens, prompt_tokens[1:])), prompt_tokens
+    final = list(ha.chat(**ha_round(model, history)))
+    assert final[-1].done and final[-1].prompt_eval_count > prompt_tokens[-1]
+    print(f"the model's own calls: {own_calls}; prompt tokens by round: {prompt_tokens}")
+
+
+def ha_round(model: str, history: list[dict]) -> dict:
+    """What Home Assistant sends, its prefixed tools, with a bounded answer (a quick test: 6
+    devices in the system prompt, 24 tokens an answer)."""
+    kwargs = {**chat_kwargs(model, history), "tools": HA_TOOLS}
+    return {**kwargs, "options": {**kwargs["options"], "num_predict": 24}}
