@@ -40,6 +40,7 @@ from homeai.engine.text import TextStream
 from homeai.sched import costmodel
 from homeai.sched.request import Kind, Pool, Request, SamplingParams
 from homeai.sched.plan import new_tuple
+from homeai.sched.prefix import Memory
 from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan, UnknownLane
 from lanes.base import LanePolicy
 
@@ -206,7 +207,8 @@ class Engine:
         # Plan each step while the one before computes (`_loop_ahead`): the runner must `launch` and `collect`.
         self.plan_ahead = plan_ahead
         self.policies = policies
-        self.scheduler = Scheduler(policies, limits)
+        # where the model's sequences may be resumed (a sliding window's, a recurrent state's: prefix.Memory)
+        self.scheduler = Scheduler(policies, limits, memory=getattr(runner, "kv_memory", None) or Memory())
         self.clock = clock
         self.max_seq_len = self.scheduler.max_seq_len(Pool.MAIN)  # the main cache's longest sequence
         self.interactive_max_seq_len = self.scheduler.max_seq_len(self.scheduler.layout.interactive_pool)

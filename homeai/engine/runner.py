@@ -52,8 +52,9 @@ from homeai.engine import families, gpu, kvsize, markup, template
 from homeai.engine.grammar_check import GrammarChecker
 from homeai.threads import CoreWatch
 from homeai.sched.request import Grammar, Sample, SamplingParams
-from homeai.sched.pools import GENERATE, Copy, Pool
+from homeai.sched.pools import GENERATE, Copy, Drop, Pool
 from homeai.sched.plan import new_tuple
+from homeai.sched.prefix import Memory
 from homeai.sched.scheduler import ScheduledItem, StepPlan, StepResult
 
 log = logging.getLogger(__name__)
@@ -368,6 +369,10 @@ def _context(model, *, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int,
     params.n_seq_max = n_seq_max
     params.n_threads = params.n_threads_batch = n_threads
     params.kv_unified = True
+    # A sliding-window model's window cells as large as the cache (llama.cpp's own default, llama-server's
+    # --swa-full): llama.cpp gives a sequence's out-of-window cells to others only when it finds no
+    # free cell first, so more cached prefixes stay resumable (prefix.Memory) than in a window-sized one.
+    params.swa_full = True
     params.flash_attn_type = flash_attn
     params.no_perf = True
     if embeddings:
@@ -497,6 +502,10 @@ class Runner:
         self.embed_memory = ll.llama_get_memory(self.embed_ctx)
         self._contexts = {Pool.MAIN: self.ctx, Pool.INTERACTIVE: self.ictx, Pool.EMBED: self.embed_ctx}
         self._memories = {Pool.MAIN: self.memory, Pool.INTERACTIVE: self.imemory, Pool.EMBED: self.embed_memory}
+        # where a sequence may be resumed, for the scheduler's prompt cache (llama.cpp's facts, prefix.Memory)
+        self.kv_memory = Memory(window=max(ll.llama_model_n_swa(self.model), 0),
+                                recurrent=ll.llama_model_is_recurrent(self.model) or ll.llama_model_is_hybrid(self.model),
+                                held=self.held)
         self.batch = _Batch(cfg.n_batch)
         self.embed_batch = _Batch(cfg.embed_n_ctx)
         self.samplers: dict[str, _Sampling] = {}  # per request in flight, kept across preemption
@@ -600,14 +609,29 @@ class Runner:
             for op in ops:
                 if isinstance(op, Copy):
                     ll.llama_memory_seq_cp(memory, op.src, op.dst, 0, op.length)
-                else:
-                    ll.llama_memory_seq_rm(memory, op.seq_id, op.start, -1)
+                elif not ll.llama_memory_seq_rm(memory, op.seq_id, op.start, -1):
+                    self._refused_cut(plan, pool, op)
         for request_id in plan.done:
             self._free_sampler(request_id)
             self._pooled.pop(request_id, None)
         result = StepResult()
         self._decoded = self._decode(plan, result)
         return result
+
+    def _refused_cut(self, plan: StepPlan, pool: Pool, op: Drop) -> None:
+        """llama.cpp cannot cut a sequence there (a recurrent state): none of it is kept, so no later
+        step reads a state past the cut. A sequence this step computes on cannot go on: the step fails
+        (its requests end with an error) rather than compute on a cache it refused."""
+        ll.llama_memory_seq_rm(self._memory(pool), op.seq_id, -1, -1)  # a whole sequence always goes
+        if any(item.seq_id == op.seq_id for item in plan.batches[pool]):
+            raise RunnerError(f"llama.cpp could not cut sequence {op.seq_id} at position {op.start}")
+        log.warning("llama.cpp could not cut sequence %d at position %d: dropped whole", op.seq_id, op.start)
+
+    def held(self, pool: Pool, seq_id: int) -> tuple[int, int]:
+        """The positions [first, end) llama.cpp's cache `pool` holds of a sequence; (0, 0): none."""
+        memory = self._memory(pool)
+        first = ll.llama_memory_seq_pos_min(memory, seq_id)
+        return (first, ll.llama_memory_seq_pos_max(memory, seq_id) + 1) if first >= 0 else (0, 0)
 
     def collect(self, plan: StepPlan, result: StepResult) -> StepResult:
         """The rest of a launched step: its rows sampled (waiting for llama.cpp to finish computing),
@@ -666,7 +690,8 @@ class Runner:
             if rc != 0:
                 for done_pool, done, _, _ in decoded:  # undo the contexts already decoded: the step keeps nothing
                     for i in done:
-                        ll.llama_memory_seq_rm(self._memory(done_pool), i.seq_id, i.start, -1)
+                        if not ll.llama_memory_seq_rm(self._memory(done_pool), i.seq_id, i.start, -1):
+                            raise RunnerError(f"llama.cpp could not undo sequence {i.seq_id}'s step")
             if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
                 result.no_kv_slot = True
                 return []

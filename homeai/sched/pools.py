@@ -20,7 +20,9 @@ the longest prefix it shares with an entry (taking the entry over) or with a liv
 would preempt or refuse anyone: an entry never pins memory a live request needs. Cells are
 reused only by requests of the member whose request made them, beyond the leading tokens no
 member wrote (`prefix.reusable`), unless `PromptCache.shared`: entries, live sequences and
-the wait for a prefix another request is still reading all follow that rule.
+the wait for a prefix another request is still reading all follow that rule. A prefix is reused
+only where its sequence may be resumed exactly (`prefix.Memory`: a sliding window's cells given
+away, a recurrent state that cannot be cut); where it may not, the prompt is read again.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from homeai.sched.kv import KVManager
-from homeai.sched.prefix import HEAD, Entry, PrefixCache, common_prefix, reusable
+from homeai.sched.prefix import HEAD, Entry, Memory, PrefixCache, common_prefix, reusable
 from homeai.sched.request import Kind, Pool, Request
 
 
@@ -71,9 +73,10 @@ class PromptCache:
 
 class KVPools:
     def __init__(self, *, caches: dict[Pool, KVManager], interactive: Pool, embed_cells: int, embed_seqs: int,
-                 prompt_cache: PromptCache = PromptCache()):
+                 prompt_cache: PromptCache = PromptCache(), memory: Memory = Memory()):
         """`caches`: the generating caches the layout made (`layout.py`); `interactive`: the one the
-        interactive lanes' sequences live in (their own, or the main one beside background)."""
+        interactive lanes' sequences live in (their own, or the main one beside background);
+        `memory`: where the model's sequences may be resumed (`prefix.Memory`)."""
         self.kv = {**caches, Pool.EMBED: KVManager(embed_cells, embed_seqs)}
         self.interactive = interactive
         self.generating = tuple(p for p in GENERATE if p in self.kv)
@@ -84,6 +87,11 @@ class KVPools:
         self.cache = {pool: PrefixCache() for pool in self.generating} if prompt_cache.enabled else {}
         self.min_reuse = max(prompt_cache.min_reuse, HEAD)
         self._ops: dict[Pool, list[Drop | Copy]] = {}
+        self.memory = memory
+        # Sequences given a prefix by a `Copy` not yet applied (llama.cpp holds none of their cells
+        # yet), and those cut short by a `Drop` not yet applied (which a recurrent state refuses)
+        self._copied: set[tuple[Pool, int]] = set()
+        self._cut: dict[tuple[Pool, int], int] = {}  # (pool, seq id) -> the lowest pending cut
         self._victims: tuple[int, dict[Pool | None, Request | None]] = (-1, {})  # `victim`'s, per version
 
     def of_class(self, interactive: bool) -> Pool:
@@ -238,6 +246,8 @@ class KVPools:
     def take_ops(self) -> dict[Pool, list[Drop | Copy]]:
         """The cache operations since the last call, per pool, in the order they must run."""
         ops, self._ops = self._ops, {}
+        self._copied.clear()
+        self._cut.clear()
         return ops
 
     def cells_used(self, pool: Pool) -> int:
@@ -255,9 +265,10 @@ class KVPools:
         tokens = _prompt_array(request) if not request.output_tokens else \
             np.asarray(request.tokens_slice(0, request.num_tokens), dtype=np.int32)  # preempted: its output too
         limit = request.num_tokens - 1  # the last token is computed again: its logits are sampled
-        entry, n_entry = cache.best(tokens, request.member, request.public_len, self.settings.shared)
-        live, n_live = self._best_live(request, pool, tokens)
-        n_entry, n_live = min(n_entry, limit), min(n_live, limit)
+        resumable = None if self.memory.cut_anywhere else (lambda seq_id, n: self._resumable(pool, seq_id, n))
+        entry, n_entry = cache.best(tokens, request.member, request.public_len, self.settings.shared,
+                                    limit=limit, resumable=resumable)
+        live, n_live = self._best_live(request, pool, tokens, limit)
         reused = max(n_entry, n_live)
         if reused < self.min_reuse:
             self._make_room(pool, request.num_tokens, need_seq=True)
@@ -277,6 +288,7 @@ class KVPools:
             self._make_room(pool, request.num_tokens - reused, need_seq=True, keep=src)
             request.seq_id = kv.admit(request.num_tokens, borrow=(src, reused))  # shared cells counted once
             self._op(pool, Copy(src, request.seq_id, reused))
+            self._copied.add((pool, request.seq_id))
         request.num_computed_tokens = reused
 
     def _take_over(self, request: Request, entry: Entry, n_entry: int) -> bool:
@@ -297,8 +309,8 @@ class KVPools:
         it; a step or so later, it shares the cells instead. `reading`: the running sequences not
         decoding, when the caller has them (`Moment.running`; else every running one is looked at)."""
         pool = request.pool
-        if pool not in self.cache or request.num_preemptions:
-            return False
+        if pool not in self.cache or request.num_preemptions or self.memory.recurrent:
+            return False  # (a recurrent state is shared only whole: the reader will have moved on)
         head = request.prompt_tokens[:HEAD]
         for r in self.running if reading is None else reading:
             if (r.pool is not pool or r.output_tokens or r.num_computed_tokens >= r.num_prompt_tokens
@@ -309,17 +321,30 @@ class KVPools:
                 return True
         return False
 
-    def _best_live(self, request: Request, pool: Pool, tokens: np.ndarray) -> tuple[Request | None, int]:
-        """The running sequence of `pool` whose computed prompt shares the longest prefix with `tokens`."""
+    def _best_live(self, request: Request, pool: Pool, tokens: np.ndarray, limit: int) -> tuple[Request | None, int]:
+        """The running sequence of `pool` whose computed prompt shares the longest prefix with
+        `tokens` (at most `limit`), where it may be resumed."""
         head = tokens[:HEAD].tolist()
         best, length = None, 0
         for r in self.running:
             if r.pool is not pool or r.num_computed_tokens <= length or r.prompt_tokens[:HEAD] != head:
                 continue
-            n = self._reusable(request, r, min(common_prefix(_prompt_array(r), tokens), r.num_computed_tokens))
-            if n > length:
+            n = self._reusable(request, r, min(common_prefix(_prompt_array(r), tokens), r.num_computed_tokens, limit))
+            if n > length and self._resumable(pool, r.seq_id, n):
                 best, length = r, n
         return best, length
+
+    def _resumable(self, pool: Pool, seq_id: int, n: int) -> bool:
+        """Whether a sequence may be resumed at `n` (`prefix.Memory`), as llama.cpp will hold it once
+        this plan's cache operations ran: one they change is not asked about."""
+        if self.memory.cut_anywhere:
+            return True
+        if (pool, seq_id) in self._copied:
+            return False
+        cut = self._cut.get((pool, seq_id))  # a recurrent state cut short is dropped whole (runner)
+        if cut is not None and self.memory.recurrent and not self.memory.resumable(pool, seq_id, cut):
+            return False
+        return self.memory.resumable(pool, seq_id, n)
 
     def _copy_room(self, pool: Pool, source: Entry) -> bool:
         """A sequence id for a copy is free, or held by an entry other than its source."""
@@ -352,7 +377,7 @@ class KVPools:
         while self.kv[pool].num_cached_cells > cap and self._evict_oldest(pool, keep=newest):
             pass
         if self.kv[pool].num_cached_cells > cap:
-            if cap < self.min_reuse:
+            if cap < self.min_reuse or self.memory.recurrent:  # (a recurrent state cannot be cut)
                 self._evict_oldest(pool)
                 return
             self.kv[pool].trim(newest, cap)
@@ -362,6 +387,9 @@ class KVPools:
     def _op(self, pool: Pool, op: Drop | Copy) -> None:
         if pool is Pool.EMBED and not isinstance(op, Drop):
             raise AssertionError("the embedding context shares no cells")
+        if isinstance(op, Drop) and op.start:
+            key = (pool, op.seq_id)
+            self._cut[key] = min(self._cut.get(key, op.start), op.start)
         self._ops.setdefault(pool, []).append(op)
 
 

@@ -14,6 +14,17 @@ otherwise one member could tell, from `cached_tokens` or the time to a first tok
 another member sent. `PromptCache.shared` (the config's `scheduler.prompt_cache_shared`)
 lifts the rule: every member then reuses every member's prefixes.
 
+Where a sequence may be resumed (`Memory`, `resumable`): a cell's keys and values are exact for
+every later token only while the cells before it that the token attends to are still there.
+With plain attention llama.cpp keeps every cell a sequence was given, so any prefix may be cut
+and resumed. Sliding-window attention (Gemma 2 and 3, gpt-oss, Cohere 2: `llama_model_n_swa`)
+lets llama.cpp give a sequence's cells that fell out of its window to other tokens, whatever
+the cache's size (a full-size SWA cache only gives them later): a token at position n reads
+positions n-window+1 .. n-1, so a sequence may be resumed at n only while it still holds them
+(llama.cpp keeps every position between a sequence's lowest and highest, so its lowest says
+it). A recurrent state (Mamba, hybrid models) cannot be cut at all: it is resumed only where it
+ends. The facts come from llama.cpp through the runner (`Memory.held`); the rule is here.
+
 Why a scan and not a radix tree (SGLang) or hashed blocks (vLLM): every entry holds a
 sequence id of its cache, so a pool has at most `n_seq_max` entries (32 by default), each
 one whole sequence. Comparing a prompt with a few dozen token arrays is one vectorised
@@ -25,11 +36,46 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 HEAD = 8  # a prompt and an entry whose first HEAD tokens differ are not compared further
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a model's cache lets a sequence be resumed from (see the module's docstring)."""
+
+    window: int = 0  # sliding-window attention's span (llama_model_n_swa); 0: every layer sees every cell
+    recurrent: bool = False  # a recurrent state (llama_model_is_recurrent / _is_hybrid): never cut
+    # The positions [first, end) a sequence of a pool still holds (llama_memory_seq_pos_min and
+    # _max); (0, 0): none. None: every cell it was given (a plain cache, or no model: simulations).
+    held: Callable[[object, int], tuple[int, int]] | None = None
+
+    @property
+    def cut_anywhere(self) -> bool:
+        """Every prefix of every sequence may be resumed: nothing to ask."""
+        return not self.window and not self.recurrent
+
+    def resumable(self, pool, seq_id: int, n: int) -> bool:
+        """Whether sequence `seq_id` of `pool` may be resumed at position `n` (its first `n` cells kept)."""
+        if self.cut_anywhere or self.held is None:
+            return True
+        first, end = self.held(pool, seq_id)
+        return resumable(n, first, end, window=self.window, recurrent=self.recurrent)
+
+
+def resumable(n: int, first: int, end: int, *, window: int, recurrent: bool) -> bool:
+    """Whether a sequence holding positions [first, end) may be resumed at position `n` exactly:
+    a recurrent state only where it ends; with a sliding window, while it holds the window's
+    positions before `n` (n-window+1 .. n-1); otherwise while it holds every position before `n`."""
+    if n <= 0 or end < n:
+        return n <= 0
+    if recurrent:
+        return n == end
+    return first <= (max(0, n - window + 1) if window else 0)
 
 
 @dataclass
@@ -84,9 +130,12 @@ class PrefixCache:
         self._heads[seq_id] = entry.head
         self._members = None
 
-    def best(self, tokens: np.ndarray, member: str, public_len: int, shared: bool) -> tuple[Entry | None, int]:
+    def best(self, tokens: np.ndarray, member: str, public_len: int, shared: bool, *, limit: int | None = None,
+             resumable: Callable[[int, int], bool] | None = None) -> tuple[Entry | None, int]:
         """The entry whose reusable prefix with `tokens` (a prompt of `member`, its first
-        `public_len` tokens public) is longest, and how long; `shared`: any member's, whole."""
+        `public_len` tokens public) is longest, at most `limit`, and how long; `shared`: any
+        member's, whole. `resumable(seq_id, n)`: whether an entry's cells may be resumed at `n`
+        (a sliding window's or a recurrent state's, `Memory`); one that may not is passed over."""
         head = tuple(tokens[:HEAD].tolist())
         best, length = None, 0
         for seq_id, entry in self.entries.items():
@@ -94,7 +143,10 @@ class PrefixCache:
                 continue
             n = reusable(common_prefix(entry.tokens, tokens), same_member=shared or entry.member == member,
                          maker_public=entry.public_len, public_len=public_len)
-            if n > length or (n == length and best is not None and entry.last_use > best.last_use):
+            n = n if limit is None else min(n, limit)
+            if n < length or (n == length and (best is None or entry.last_use <= best.last_use)):
+                continue
+            if resumable is None or resumable(seq_id, n):
                 best, length = entry, n
         return best, length
 

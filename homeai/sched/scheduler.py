@@ -61,6 +61,7 @@ from homeai.sched.placement import Placement, decode_item
 from homeai.sched.plan import Output, ScheduledItem, StepPlan, StepResult, new_tuple
 from homeai.sched.policy import HOMEAI, Policy
 from homeai.sched.pools import GENERATE, KVPools, Pool, PromptCache
+from homeai.sched.prefix import Memory
 from homeai.sched.queues import WaitingQueues
 from homeai.sched.request import GENERATE_KIND, RUNNING, WAITING, Kind, Request, Sample, Status
 from homeai.sched.share import BackgroundShare
@@ -139,14 +140,16 @@ class SchedulerLimits:
 
 
 class Scheduler:
-    def __init__(self, policies: dict[str, LanePolicy], limits: SchedulerLimits, policy: Policy = HOMEAI):
+    def __init__(self, policies: dict[str, LanePolicy], limits: SchedulerLimits, policy: Policy = HOMEAI,
+                 memory: Memory = Memory()):
+        """`memory`: where the model's sequences may be resumed (the runner's `kv_memory`; a plain cache's by default)."""
         self.policies, self.limits, self.policy = policies, limits, policy
         self.layout = cache_layout(limits.interactive_cells)  # chosen once: every rule that differs asks it
         self.pools = KVPools(caches=self.layout.caches(limits.num_cells, limits.num_seqs),
                              interactive=self.layout.interactive_pool, embed_cells=limits.embed_max_tokens,
                              embed_seqs=limits.embed_max_seqs,
                              prompt_cache=PromptCache(limits.prompt_cache, limits.prompt_cache_max_cells,
-                                                      shared=limits.prompt_cache_shared))
+                                                      shared=limits.prompt_cache_shared), memory=memory)
         self.fair = FairShare(limits.w_in, limits.w_out)
         self.cost = StepCostModel()
         self.pacing = Pacing({name: float(limits.typical_output) for name in policies}, limits.max_step_ms,
