@@ -1,6 +1,6 @@
-"""Tool calling and structured output, for every lane: the request's tools validated
-(`spec`), the call format its model's chat template writes (`formats`), one request's plan
-from prompt to parsed calls (`plan`), and replies held to JSON or a schema (`structured`).
+"""Tool calling and structured output, for every lane: the request's tools validated (`spec`), the
+call format its model's chat template writes (`formats`, a module per kind of form), one
+request's plan from prompt to parsed calls (`plan`), and replies held to JSON or a schema (`structured`).
 The grammars go to the runner as `SamplingParams.grammar`, once `checked_grammar` has bounded
 them (`bounds`) and had the runner's grammar checker build them; nothing here touches llama.cpp
 beyond its schema converter (through the runner).

@@ -142,7 +142,9 @@ def test_a_harmony_call_may_end_at_the_end_of_the_text():
     text = REPLIES["harmony"].text
     cut_short = text[:-1]
     assert plan_for(Harmony).parse(cut_short).calls == ()
-    assert pairs(plan_for(Harmony).parse(text + "<|call|>").calls) == list(REPLIES["harmony"].calls)
+    for end in ("<|call|>", "<|end|>"):  # the message's end, if the splitter passes one on, is no text
+        reply = plan_for(Harmony).parse(text + end)
+        assert reply.content is None and pairs(reply.calls) == list(REPLIES["harmony"].calls)
 
 
 def test_text_that_only_looks_like_an_opening_is_sent_in_the_end():
@@ -233,3 +235,30 @@ def test_harmony_has_no_grammar_and_every_other_form_has_one():
 
 def test_functiongemma_ends_its_reply_at_the_end_of_its_call():
     assert plan_for(Gemma).stops == ("<end_function_call>",) and plan_for(Hermes).stops == ()
+
+
+HA_HISTORY = [  # Home Assistant's tool loop: a call, its `{data, error}` result, the answer, the next ask
+    {"role": "system", "content": "You control the home."},
+    {"role": "user", "content": "Kitchen light on."},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "call_8f2a", "type": "function", "function": {
+        "name": "intent__HassTurnOn", "arguments": {"name": "kitchen light"}}}]},
+    {"role": "tool", "tool_call_id": "call_8f2a", "content": '{"data": {"success": [{"name": "kitchen light"}]}, '
+                                                             '"error": null}'},
+    {"role": "assistant", "content": "Done."},
+    {"role": "user", "content": "And dim it."},
+]
+
+
+@pytest.mark.parametrize("name", fixture_templates())
+def test_each_published_template_renders_the_history_as_its_form_gives_it(name):
+    """The call, its result and the tools (named with `__`) reach the prompt: Mistral's with ids its
+    template takes, Granite 3's with the call written as the model writes it."""
+    from homeai.engine.template import ChatTemplate
+
+    source = (TEMPLATES / name).read_text()
+    plan = plan_for(type(for_template(source)), source)
+    prompt = ChatTemplate(source, bos_token="<s>", eos_token="</s>").render(plan.messages(HA_HISTORY),
+                                                                           plan.template_tools())
+    assert prompt.count("intent__HassTurnOn") >= (2 if plan.format.tools_in_template else 1), prompt
+    assert "kitchen light" in prompt and "success" in prompt and "And dim it." in prompt
+    assert "homeassistant__GetLiveContext" in prompt

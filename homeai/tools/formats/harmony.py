@@ -42,6 +42,7 @@ class Harmony(CallFormat):
             if decoded is None or not isinstance(decoded[0], dict):
                 yield Block(start, len(text), [], False)
                 return
-            end = decoded[1] + len("<|call|>") if text.startswith("<|call|>", decoded[1]) else decoded[1]
+            end = next((decoded[1] + len(m) for m in ("<|call|>", "<|end|>") if text.startswith(m, decoded[1])),
+                       decoded[1])  # the message's end, when the splitter passes it on
             yield Block(start, end, [RawCall(header.group(1), decoded[0])], True)
             at = end
