@@ -1,12 +1,19 @@
 """Clients that cannot send homeai's lane header, recognised by what they send.
 
 Open WebUI (0.12) asks the model for its background tasks (a chat's title, its tags, follow-up
-suggestions, ...) with the same connection, member and lane as people's chats, `stream: false`,
-and a prompt that opens "### Task:" (its task templates; recorded in tests/fixtures/open_webui/).
-Such a request asked on the chat lane goes to `[clients] background_task_lane` ("summaries" by
-default) when the member may use that lane, so it queues behind the household's chats rather than
-ahead of them; otherwise it stays where it was asked. Every protocol's chat passes here
-(`Service.chat`), so the rule is the same on `/api/chat` and `/v1/chat/completions`.
+suggestions, search queries, autocompletion) with the same connection, member and lane as people's
+chats, `stream: false`, and a prompt filled from one of its task templates (recorded, and made
+from the package's own templates, in tests/fixtures/open_webui/). Such a request asked on the chat
+lane goes to `[clients] background_task_lane` ("summaries" by default) when the member may use
+that lane, so it queues behind the household's chats rather than ahead of them; otherwise it stays
+where it was asked. Every protocol's chat passes here (`Service.chat`), so the rule is the same on
+`/api/chat` and `/v1/chat/completions`.
+
+Only those tasks move, recognised by their templates' opening (`TASKS`) and their chat history
+block: Open WebUI's retrieval template opens "### Task:" too, and the answer it carries is one a
+person waits for, so a prompt that merely opens "### Task:" stays on chat. A task template the
+client's admin rewrote is not recognised: its Task model named with a lane (`<model>:summaries`,
+`homeai.service.names`) moves it instead.
 
 All of a tool's users come with one member's token. A member marked as a trusted proxy
 (`homeai members add owui --proxy`) names the person asking in `[clients] proxy_user_header`
@@ -26,6 +33,16 @@ from homeai.service.errors import ServiceError
 from homeai.service.rights import Caller, allow_lane
 
 TASK_OPENING = "### Task:"
+HISTORY_TAG = "<chat_history>"  # every background task template quotes the chat in this block
+# The first words after "### Task:" of Open WebUI 0.12's default background task templates
+# (open_webui/config.py, DEFAULT_*_PROMPT_TEMPLATE), by task
+TASKS = {
+    "title": "Generate a concise title summarizing the chat history.",
+    "tags": "Generate 1-3 broad tags categorizing the main themes of the chat history",
+    "follow_ups": "Predict 3-5 useful messages this user might naturally send next",
+    "queries": "Analyze the chat history to determine the necessity of generating search queries",
+    "autocomplete": "You are an autocompletion system.",
+}
 CHAT_LANE = "chat"
 MAX_USER_LEN = 64
 USER_ID = re.compile(rf"[A-Za-z0-9._@+-]{{1,{MAX_USER_LEN}}}")
@@ -56,10 +73,19 @@ def task_lane(cfg, caller: Caller, lane: str, messages: list[dict]) -> str:
 
 
 def is_background_task(messages: list[dict]) -> bool:
-    """A system message or the latest user turn opens with "### Task:"."""
+    """A system message or the latest user turn is one of the client's background tasks (`task_of`)."""
     users = [m for m in messages if m.get("role") == "user"]
     asked = [m for m in messages if m.get("role") == "system"] + users[-1:]
-    return any(_text(m.get("content")).lstrip().startswith(TASK_OPENING) for m in asked)
+    return any(task_of(_text(m.get("content"))) is not None for m in asked)
+
+
+def task_of(text: str) -> str | None:
+    """The background task (a `TASKS` key) whose template `text` was filled from, else None."""
+    head = text.lstrip()
+    if not head.startswith(TASK_OPENING) or HISTORY_TAG not in head:
+        return None
+    opening = head[len(TASK_OPENING):].lstrip()
+    return next((task for task, words in TASKS.items() if opening.startswith(words)), None)
 
 
 def _text(content) -> str:

@@ -5,14 +5,17 @@
 * `/api/embeddings` (`prompt` -> `embedding`), through the `ollama` client, on the embeddings lane.
 * `keep_alive: 0` with nothing to answer is Ollama's unload call: `done_reason` "unload", and the
   model stays loaded for the household; with a prompt it is answered as ever.
-* Open WebUI's background tasks (title, tags, follow-ups: a prompt opening "### Task:") land on
+* Open WebUI's background tasks (title, tags, follow-ups: recognised by their templates) land on
   `[clients] background_task_lane`, not on the chat lane; the recorded bodies are posted as they are.
+  Its answer from retrieved documents (its retrieval template also opens "### Task:") stays on
+  chat (the rules alone: tests/service/test_clients.py).
 
 Run: .venv/bin/python -m pytest tests/api/test_ollama_forms.py
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -155,32 +158,22 @@ def test_open_webuis_recorded_tasks_land_on_the_background_task_lane(http, path,
     assert after["chat"]["finished"] == before["chat"]["finished"]
 
 
+@pytest.mark.parametrize("path, name", [("/api/chat", "ollama_rag.json"), ("/v1/chat/completions", "openai_rag.json")])
+def test_open_webuis_answer_from_documents_stays_on_the_chat_lane(http, path, name):
+    body = json.loads((FIXTURES / name).read_text(encoding="utf-8"))
+    del body["tools"]  # its 36 tools are 6,600 tokens: more than this server's small cache holds
+    body.update({"options": SHORT} if path == "/api/chat" else {"max_tokens": 4})  # streamed, as it is sent
+    before = lanes(http)
+    r = http.post(path, json=body)
+    assert r.status_code == 200, r.text
+    after = lanes(http)
+    assert after["chat"]["finished"] == before["chat"]["finished"] + 1
+    assert after["summaries"]["finished"] == before["summaries"]["finished"]
+
+
 def test_peoples_chats_stay_on_the_chat_lane(http, tagged):
     before = lanes(http)["chat"]["finished"]
     r = http.post("/api/chat", json={"model": tagged, "stream": False, "options": SHORT,
                                      "messages": [{"role": "user", "content": "What is a ### Task: heading?"}]})
     assert r.status_code == 200, r.text
     assert lanes(http)["chat"]["finished"] == before + 1
-
-
-def test_the_task_rule():
-    from types import SimpleNamespace
-
-    from homeai.service.clients import task_lane
-    from homeai.service.rights import Caller
-
-    def cfg(lane):
-        return SimpleNamespace(clients=SimpleNamespace(background_task_lane=lane))
-
-    member = Caller("owui", False, 1, ("chat", "summaries"))
-    only_chat = Caller("kid", False, 2, ("chat",))
-    task = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-            {"role": "user", "content": "### Task:\nGenerate a concise title"}]
-    assert task_lane(cfg("summaries"), member, "chat", task) == "summaries"
-    assert task_lane(cfg("summaries"), member, "chat", [{"role": "system", "content": "### Task: tags"}]) == "summaries"
-    parts = [{"role": "user", "content": [{"type": "text", "text": "### Task:\nfollow-ups"}]}]
-    assert task_lane(cfg("summaries"), member, "chat", parts) == "summaries"
-    assert task_lane(cfg(""), member, "chat", task) == "chat"  # the rule switched off
-    assert task_lane(cfg("summaries"), only_chat, "chat", task) == "chat"  # a lane the member may not use
-    assert task_lane(cfg("summaries"), member, "voice", task) == "voice"  # only the chat lane's requests move
-    assert task_lane(cfg("summaries"), member, "chat", task[:2] + [{"role": "user", "content": "Thanks"}]) == "chat"
