@@ -25,6 +25,7 @@ class AnswerView {
     this.article = article;
     this.bubble = article.querySelector(".bubble");
     this.text = "";
+    this.thoughts = null; // a thinking model's thoughts: folded, apart from the answer, never read aloud
     this.frame = 0;
     article.classList.add("streaming");
     article.setAttribute("aria-busy", "true");
@@ -39,6 +40,21 @@ class AnswerView {
         onPaint();
       });
     }
+  }
+
+  think(text) {
+    if (!this.thoughts) {
+      const details = document.createElement("details");
+      details.className = "thoughts";
+      details.setAttribute("data-testid", "thoughts");
+      const summary = document.createElement("summary");
+      summary.textContent = "Thoughts";
+      this.thoughts = document.createElement("div");
+      this.thoughts.className = "thoughts-text";
+      details.append(summary, this.thoughts);
+      this.bubble.before(details);
+    }
+    this.thoughts.textContent += text; // plain text: what the model wrote, never markup
   }
 
   paint() {
@@ -400,6 +416,7 @@ export class Chat {
       for await (const event of events(path, body, { signal: controller.signal })) {
         started = true;
         if (event.type === "message.user" && question) question.dataset.id = event.message.id;
+        else if (event.type === "response.thinking") view.think(event.text);
         else if (event.type === "response.delta") view.add(event.text, () => this.scrollToEnd());
         else if (event.type === "response.done") done = event;
         else if (event.type === "error") throw new ApiError(500, event);
@@ -412,7 +429,7 @@ export class Chat {
         view.end();
         this.notify(e.message);
       }
-      if (!view.text) view.article.remove();
+      if (!view.text && !view.thoughts) view.article.remove();
     } finally {
       clearTimeout(this.busy && this.busy.abortTimer);
       this.setBusy(null);
@@ -426,7 +443,7 @@ export class Chat {
     view.end(stopped ? "Stopped." : done.finish_reason === "length" ? "Cut short: the length limit was reached." : "");
     if (done && done.message) {
       view.article.dataset.id = done.message.id;
-    } else if (!view.text) {
+    } else if (!view.text && !view.thoughts) {
       view.article.remove();
     }
     if (!stopped) speak(view.text, this.ui.readAloud.checked);

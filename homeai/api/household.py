@@ -5,16 +5,17 @@
     GET    /api/conversations/{id}              conversation with "messages"
     PATCH  /api/conversations/{id} {title}      conversation
     DELETE /api/conversations/{id}              204 (an answer in progress is aborted)
-    POST   /api/conversations/{id}/messages {content, max_tokens?, temperature?, lane?}   event stream
-    POST   /api/conversations/{id}/regenerate {max_tokens?, temperature?, lane?}          event stream
+    POST   /api/conversations/{id}/messages {content, max_tokens?, temperature?, lane?, think?}   event stream
+    POST   /api/conversations/{id}/regenerate {max_tokens?, temperature?, lane?, think?}          event stream
     POST   /api/conversations/{id}/stop         {"stopped": bool}
 
 Every query is scoped by the caller: another member's conversation is a 404, never a 403.
 An answer streams as server-sent events, `data: {json}` with a `type` (the voice socket's names):
-`message.user` (the stored question, send only), `response.delta` {text}, then `response.done`
-{message, finish_reason: stop | length | abort, usage, replaces} or `error` {error}. The answer
-is stored when it ends, however it ends: a stop keeps what was said so far. Closing the
-stream aborts the sequence, and so does `/stop`; one answer per conversation at a time.
+`message.user` (the stored question, send only), `response.thinking` {text} (a thinking model's
+thoughts, never stored), `response.delta` {text}, then `response.done` {message, finish_reason:
+stop | length | abort, usage, replaces, thinking} or `error` {error}. The answer is stored when it
+ends, however it ends: a stop keeps what was said so far. Closing the stream aborts the sequence,
+and so does `/stop`; one answer per conversation at a time.
 Answers are on the chat lane, or the body's `lane` (homeai's field, as on `/v1`): a lane the
 member may not use is a 403 naming the lanes they may, one that does not exist a 400, one served
 by a remote server a 400 (the household's answers are local: `/v1` forwards).
@@ -37,7 +38,7 @@ from homeai.api.deps import RuntimeDep, ServiceDep
 from homeai.api.errors import ApiError
 from homeai.api.household_answer import AnswerEvents, AnswerResponse, Inflight, InflightDep, Reply, message_json
 from homeai.api.schemas import RequestBody
-from homeai.service import ChatAsk, SamplingAsk
+from homeai.service import ChatAsk, SamplingAsk, ThinkAsk
 from homeai.store import conversations as convs
 from homeai.store.models import Conversation, Message
 
@@ -63,11 +64,13 @@ class Generate(RequestBody):
     max_tokens: int | None = Field(None, ge=1)
     temperature: float | None = Field(None, ge=0, le=2)
     lane: str | None = None  # homeai's, as on /v1: a lane the member may use (default: chat)
+    think: bool | None = None  # a model that can think: whether it should (None: its template's default)
 
     def ask(self, history: list[dict], lane: str) -> ChatAsk:
         """The lane's answer to `history`: the latest turns that fit (the lane's answer length by default)."""
         sampling = SamplingAsk(max_tokens=self.max_tokens, temperature=self.temperature)
-        return ChatAsk(messages=history, lane=lane, sampling=sampling, fit="latest", prompt_param="content")
+        return ChatAsk(messages=history, lane=lane, sampling=sampling, fit="latest", prompt_param="content",
+                       think=ThinkAsk(on=self.think))
 
 
 class Send(Generate):

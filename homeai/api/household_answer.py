@@ -3,9 +3,11 @@ stored in the conversation exactly once, however it ends.
 
 `Inflight` keeps one answer per (member, conversation) and lets `/stop` and a deleted conversation
 abort it. `AnswerEvents` formats the answer stream: the first events the route prepared
-(`message.user`), `response.delta` {text} for each piece of text, then `response.done`
-{message, finish_reason: stop | length | abort, usage, replaces} or `error` {error}. The text said
-so far is stored when the stream ends, when it is stopped, or when the client leaves.
+(`message.user`), `response.thinking` {text} for each piece of the model's thoughts (the page
+shows them folded, apart from the answer), `response.delta` {text} for each piece of text, then
+`response.done` {message, finish_reason: stop | length | abort, usage, replaces, thinking} or
+`error` {error}. The text said so far is stored when the stream ends, when it is stopped, or when
+the client leaves; the thoughts are not stored (the conversation keeps what was said).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 
 from homeai.api.errors import ApiError
-from homeai.service import Answer, Done, Failed, Text
+from homeai.service import Answer, Done, Failed, Text, Thinking
 from homeai.store import conversations as convs
 from homeai.store.models import Message
 from homeai.wire import SSE_HEADERS, error_body, sse
@@ -98,6 +100,7 @@ class AnswerEvents:
     def __init__(self, runtime, conversation_id: int, reply: Reply, release: Callable[[], None]):
         self.runtime, self.conversation_id, self.reply, self.release = runtime, conversation_id, reply, release
         self.parts: list[str] = []
+        self.thoughts: list[str] = []
         self._lock = threading.Lock()
         self._saved = False
         self._message: dict | None = None
@@ -109,6 +112,9 @@ class AnswerEvents:
         async for event in answer:
             if isinstance(event, Text) and event.text:
                 yield self._delta(event.text)
+            elif isinstance(event, Thinking):
+                self.thoughts.append(event.text)
+                yield sse({"type": "response.thinking", "text": event.text})
             elif isinstance(event, Done):
                 reason = event.reason
             elif isinstance(event, Failed):
@@ -120,7 +126,8 @@ class AnswerEvents:
         yield sse({"type": "response.done", "message": message, "finish_reason": reason,
                    "replaces": self.reply.replaces if message else [],
                    "usage": {"prompt_tokens": answer.num_prompt_tokens,
-                             "completion_tokens": answer.num_output_tokens}})
+                             "completion_tokens": answer.num_output_tokens},
+                   "thinking": "".join(self.thoughts)})
 
     def _delta(self, text: str) -> str:
         self.parts.append(text)

@@ -18,6 +18,12 @@ Tool calling and structured output (`format`) are the service's, as on `/v1`: ea
 whole, in a line of its own, with `arguments` an object. Ollama has no `tool_choice` ("auto"
 always); homeai takes one as its own field, as on `/v1`.
 
+Thinking as Ollama does it: `think` true, false or a level (`homeai.service.thinking` says what
+each does to the served model's template); true or a level for a model that cannot think is a
+400, `"<model>" does not support thinking`. The thoughts stream in lines of their own
+(`message.thinking`, `content` ""; `/api/generate`: `thinking`, `response` ""), and come whole in
+`message.thinking` (or `thinking`) of a whole answer; they are never content.
+
 Ollama's load and unload calls (no messages or prompt; `keep_alive: 0` to unload) answer at once
 with `done_reason` "load" or "unload"; the model is the household's, so it stays loaded for the
 others either way. With something to answer, `keep_alive` changes nothing.
@@ -40,7 +46,7 @@ from homeai.api.errors import ApiError
 from homeai.api.ollama_route import NDJSON, line, now, ollama_router
 from homeai.api.ollama_schemas import ChatRequest, EmbeddingsRequest, EmbedRequest, GenerateRequest, Generating
 from homeai.api.streaming import collect, until_disconnected
-from homeai.service import Answer, Call, Failed, Text, Whole
+from homeai.service import Answer, Call, Failed, Text, Thinking, Whole
 
 NS_PER_MS = 1_000_000
 
@@ -96,6 +102,8 @@ def _generation(service, body: Generating, lane: str, num_messages: int = 0) -> 
     model = _model(service, body.model, "generate")
     _local(service, lane)
     service.check_limits(max_tokens=None, num_messages=num_messages)
+    if body.thinks() and not service.thinking_form().can_think:
+        raise ApiError(400, f'"{body.model}" does not support thinking')
     return model
 
 
@@ -127,6 +135,8 @@ class Reply:
     def line(self, event, started: int) -> dict | None:
         if isinstance(event, Text):
             return self.piece(event.text) if event.text else None
+        if isinstance(event, Thinking):
+            return {**self._head(), **self._text("", event.text), "done": False}
         if isinstance(event, Call):
             message = {"role": "assistant", "content": "", "tool_calls": _calls([event.call])}
             return {**self._head(), "message": message, "done": False}
@@ -137,8 +147,12 @@ class Reply:
     def _head(self) -> dict:
         return {"model": self.model, "created_at": now()}
 
-    def _text(self, text: str) -> dict:
-        return {"message": {"role": "assistant", "content": text}} if self.chat else {"response": text}
+    def _text(self, text: str, thinking: str = "") -> dict:
+        """The answer's text (and thoughts, when there are any) as Ollama's chat or generate puts it."""
+        if self.chat:
+            message = {"role": "assistant", "content": text}
+            return {"message": {**message, "thinking": thinking} if thinking else message}
+        return {"response": text, "thinking": thinking} if thinking else {"response": text}
 
     def piece(self, text: str) -> dict:
         return {**self._head(), **self._text(text), "done": False}
@@ -149,7 +163,7 @@ class Reply:
         return JSONResponse({**self._head(), **self._text(""), "done": True, "done_reason": reason})
 
     def whole(self, w: Whole, started: int) -> dict:
-        body = self._text(w.content or "")
+        body = self._text(w.content or "", w.thinking)
         if w.calls:
             body["message"]["tool_calls"] = _calls(w.calls)
         return self.done(body, w.reason, w.stats, started)

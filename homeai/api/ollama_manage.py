@@ -75,8 +75,12 @@ def show(body: ModelRequest, runtime: RuntimeDep, service: ServiceDep, member: C
     served = ollama_models.served(runtime, name)
     if served is not None:
         card, purposes = served
-        return ollama_models.show(card.path, capabilities=ollama_models.capabilities(purposes),
-                                  context_length=service.context_length(), full_path=member.is_admin)
+        form, choice = service.thinking_form(), service.template_choice()
+        chat = "generate" in purposes
+        return ollama_models.show(card.path, capabilities=ollama_models.capabilities(purposes, thinks=form.can_think),
+                                  context_length=service.context_length(), full_path=member.is_admin,
+                                  chat_template=ollama_models.served_template(choice, form) if chat else None,
+                                  template=choice.template.source if chat else None)
     local = catalog.find(_models(runtime), name)
     if local is None:
         raise ApiError(404, ollama_models.not_found(name))

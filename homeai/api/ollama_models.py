@@ -20,8 +20,9 @@ from pathlib import Path
 
 from homeai import catalog
 from homeai.gguf_header import metadata, quantization
+from homeai.engine.template import ChatTemplate, TemplateCompileError
 from homeai.sched.request import SamplingParams
-from homeai.service import names
+from homeai.service import names, thinking
 
 TAG = "latest"  # Ollama names are name:tag; the served model is listed as `<id>:latest`
 EMBEDDING_ARCHITECTURES = ("bert", "nomic-bert", "jina-bert-v2", "t5encoder")  # GGUFs that only embed
@@ -55,11 +56,13 @@ def ollama_name(model_id: str) -> str:
 TOOL_CALLING = True
 
 
-def capabilities(purposes: set[str]) -> list[str]:
-    """What `/api/show` says a served model can do (Home Assistant offers tools only with "tools")."""
+def capabilities(purposes: set[str], *, thinks: bool = False) -> list[str]:
+    """What `/api/show` says a served model can do (Home Assistant offers tools only with "tools";
+    it and Open WebUI offer the thinking toggle only with "thinking")."""
     out = []
     if "generate" in purposes:
         out += ["completion", "tools"] if TOOL_CALLING else ["completion"]
+        out += ["thinking"] if thinks else []
     if "embed" in purposes:
         out.append("embedding")
     return out
@@ -101,15 +104,35 @@ def ps_entry(card, *, context_length: int, on_gpu: bool) -> dict:
 
 
 def local_capabilities(path: str) -> list[str]:
-    """What a local model that is not served could do, from its header: embed only, or complete with tools."""
-    if metadata(path).get("general.architecture") in EMBEDDING_ARCHITECTURES:
+    """What a local model that is not served could do, from its header: embed only, or complete with
+    tools (and think, when its own chat template can)."""
+    meta = metadata(path)
+    if meta.get("general.architecture") in EMBEDDING_ARCHITECTURES:
         return ["embedding"]
-    return ["completion", "tools"] if TOOL_CALLING else ["completion"]
+    return capabilities({"generate"}, thinks=_thinks(meta.get("tokenizer.chat_template")))
 
 
-def show(path: str, *, capabilities: list[str], context_length: int, full_path: bool = False) -> dict:
+def _thinks(source) -> bool:
+    if not isinstance(source, str) or not source:
+        return False
+    try:
+        return thinking.form_of(ChatTemplate(source, bos_token="", eos_token="")).can_think
+    except TemplateCompileError:
+        return False
+
+
+def served_template(choice, thinking) -> dict:
+    """`/api/show`'s `chat_template` for the served model: which template it is served with, why,
+    and how it thinks (`choice` a `TemplateChoice`, `thinking` a `homeai.service.thinking.Form`)."""
+    return {"name": choice.name, "description": choice.description, "thinking": thinking.describe()}
+
+
+def show(path: str, *, capabilities: list[str], context_length: int, full_path: bool = False,
+         chat_template: dict | None = None, template: str | None = None) -> dict:
     """`/api/show`: details, the header's facts, the chat template, the default parameters. The
-    modelfile names the file; its folders (a home directory, a user name) only with `full_path`."""
+    modelfile names the file; its folders (a home directory, a user name) only with `full_path`.
+    For the served model, `template` is the template it is served with (the GGUF's own, a file's or
+    a built-in one) and `chat_template` says which and why (homeai's own field)."""
     meta = metadata(path)
     model_info = {k: v for k, v in meta.items() if k != "tokenizer.chat_template"}
     d = SamplingParams()
@@ -117,10 +140,12 @@ def show(path: str, *, capabilities: list[str], context_length: int, full_path: 
         ("temperature", d.temperature), ("top_k", d.top_k), ("top_p", d.top_p), ("min_p", d.min_p),
         ("repeat_penalty", d.repeat_penalty), ("num_ctx", context_length)))
     source = path if full_path else Path(path).name
-    return {"license": meta.get("general.license", ""), "modelfile": f"FROM {source}\n",
-            "parameters": parameters, "template": meta.get("tokenizer.chat_template", ""),
-            "details": details(path), "model_info": model_info, "capabilities": capabilities,
-            "modified_at": _rfc3339(Path(path).stat().st_mtime)}
+    out = {"license": meta.get("general.license", ""), "modelfile": f"FROM {source}\n",
+           "parameters": parameters,
+           "template": template if template is not None else meta.get("tokenizer.chat_template", ""),
+           "details": details(path), "model_info": model_info, "capabilities": capabilities,
+           "modified_at": _rfc3339(Path(path).stat().st_mtime)}
+    return {**out, "chat_template": chat_template} if chat_template is not None else out
 
 
 def details(path: str) -> dict:

@@ -1,9 +1,12 @@
 """Request bodies of the Ollama-compatible endpoints (`homeai.api.ollama`), and their sampling.
 
 Ollama's own rules: fields and options a client sends that homeai does not use are ignored
-(`think`, `mirostat`, ...); a known one with a wrong type is a 400, as it is for
+(`mirostat`, ...); a known one with a wrong type is a 400, as it is for
 the OpenAI bodies (strict types, finite numbers, valid Unicode: `RequestBody`). `stream`
 defaults to true. Images are refused where they enter: this model reads text only.
+`think` is true or false, or a level ("low", "medium", "high"), as Ollama takes it; anything else
+is a 400 in Ollama's words (`homeai.service.thinking` says what it does to each model; a model
+that cannot think is a 400 for true or a level, from the route).
 `keep_alive` is read only for Ollama's unload call (0 with nothing to answer): the household's
 one model stays loaded whatever a client asks. `lane` is homeai's own field, as on `/v1`: the
 lane asked for, honoured when the member may use it (403 otherwise, 400 for no such lane).
@@ -11,6 +14,7 @@ lane asked for, honoured when the member may use it (403 otherwise, 400 for no s
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Literal
 
@@ -18,11 +22,12 @@ from pydantic import Field, field_validator
 
 from homeai.api.errors import ApiError
 from homeai.api.schemas import MAX_INT64, MAX_TOP_K, MIN_INT64, Body, RequestBody
-from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk
+from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk, ThinkAsk
 from homeai.service.sampling import MAX_STOPS
 
 Format = Literal["json", ""] | dict[str, Any]
 JSON_SCHEMA_TYPES = {"object", "array", "string", "number", "integer", "boolean", "null"}
+THINK_LEVELS = ("high", "medium", "low")
 ZERO_DURATION = re.compile(r"0+(\.0*)?(ns|us|µs|ms|s|m|h)?")  # "0", "0s", "0.0m": Go's durations, or seconds
 
 
@@ -48,7 +53,7 @@ class Generating(RequestBody):
     options: Options | None = None
     stream: bool = True
     keep_alive: str | int | float | None = None  # 0: Ollama's unload (see `unloads`); else ignored
-    think: bool | str | None = None  # accepted, ignored: the model does not think aloud
+    think: Any = None  # true, false, or "low" / "medium" / "high" (checked below, in Ollama's words)
     lane: str | None = None  # homeai's: the lane asked for, as on /v1 (also X-HomeAI-Lane, or `<model>:<lane>`)
 
     def unloads(self) -> bool:
@@ -56,6 +61,23 @@ class Generating(RequestBody):
         if isinstance(self.keep_alive, str):
             return bool(ZERO_DURATION.fullmatch(self.keep_alive.strip()))
         return self.keep_alive == 0
+
+    @field_validator("think", mode="before")
+    @classmethod
+    def _think_value(cls, value):
+        if value is None or isinstance(value, bool) or value in THINK_LEVELS:
+            return value
+        shown = f'"{value}"' if isinstance(value, str) else json.dumps(value)
+        raise ApiError(400, f'invalid think value: {shown} (must be "high", "medium", "low", true, or false)')
+
+    def thinks(self) -> bool:
+        """`think` asks the model to think (true or a level)."""
+        return self.think is True or self.think in THINK_LEVELS
+
+    def think_ask(self) -> ThinkAsk:
+        if self.think in THINK_LEVELS:
+            return ThinkAsk(on=True, effort=self.think)
+        return ThinkAsk(on=self.think)
 
     @field_validator("format")
     @classmethod
@@ -93,11 +115,13 @@ class ChatMessage(Body):
     images: list[str] | None = None
     tool_calls: list[ToolCall] | None = None
     tool_name: str | None = None  # the tool a `role: "tool"` result answers (Ollama has no call ids)
-    thinking: str | None = None  # accepted, not sent back to the model
+    thinking: str | None = None  # an earlier reply's thoughts: sent back only to a template that reads them
 
     def for_template(self) -> dict:
         """The message as the chat template takes it, tool calls and the tool's name kept."""
         message: dict[str, Any] = {"role": self.role, "content": self.content or ""}
+        if self.thinking and self.role == "assistant":
+            message["thinking"] = self.thinking
         if self.tool_calls:
             message["tool_calls"] = [{"function": c.function.model_dump(exclude_none=True)} for c in self.tool_calls]
         if self.tool_name:  # Ollama's name for it, and the one Hugging Face templates read
@@ -124,7 +148,8 @@ class ChatRequest(Generating):
     def ask(self, lane: str, model: str) -> ChatAsk:
         return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model,
                        tools=[t.model_dump(exclude_none=True) for t in self.tools or ()], tool_choice=self.tool_choice,
-                       structured=self.format, structured_kind="ollama", sampling=self.sampling())
+                       structured=self.format, structured_kind="ollama", sampling=self.sampling(),
+                       think=self.think_ask())
 
     @field_validator("messages")
     @classmethod
@@ -145,7 +170,8 @@ class GenerateRequest(Generating):
     def ask(self, lane: str, model: str) -> CompletionAsk:
         """The prompt as it is (`raw`), else as a user turn after `system` in the chat template."""
         return CompletionAsk(self.prompt, lane=lane, model=model, system=self.system, template=not self.raw,
-                             structured=self.format, structured_kind="ollama", sampling=self.sampling())
+                             structured=self.format, structured_kind="ollama", sampling=self.sampling(),
+                             think=self.think_ask())
 
     @field_validator("images")
     @classmethod

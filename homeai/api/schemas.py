@@ -13,6 +13,13 @@ cannot encode and the tokenizer cannot take (400 `invalid_text`, checked once pe
 
 `tools`, `tool_choice`, `parallel_tool_calls` and `response_format` are taken as sent and checked
 by `homeai.tools`, which names the field at fault (`tools.0.function.parameters`).
+
+Thinking as llama-server and vLLM take it: `reasoning_effort` ("none" asks for no thinking; the
+others ask for thinking at that effort, passed to the template as `reasoning_effort`) and
+`chat_template_kwargs` (further template variables: `enable_thinking`, ...; at most
+`MAX_TEMPLATE_KWARGS` names, `MAX_TEMPLATE_KWARGS_CHARS` in all, never the template's own inputs).
+A model that cannot think ignores both, as those servers do. An assistant message's
+`reasoning_content` is sent back only to a template that reads earlier thoughts.
 """
 
 from __future__ import annotations
@@ -22,12 +29,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from homeai.api.errors import ApiError
-from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk
+from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk, ThinkAsk
 from homeai.service.sampling import MAX_STOPS
 from homeai.service.text import find_invalid_text
+from homeai.service.thinking import check_kwargs
 
 MAX_TOP_K = 2**31 - 1  # llama.cpp's sampler takes an int32 (any k past the vocabulary keeps every token)
 MIN_INT64, MAX_INT64 = -(2**63), 2**63 - 1  # OpenAI's range for seed
+MAX_TEMPLATE_KWARGS = 32  # names in `chat_template_kwargs`
+MAX_TEMPLATE_KWARGS_CHARS = 16_384  # its values in all, as Python writes them
 
 
 class Body(BaseModel):
@@ -71,6 +81,7 @@ class ChatMessage(Body):
     tool_calls: list[ToolCallIn] | None = None  # an assistant turn's calls
     tool_call_id: str | None = None  # the call a tool result answers (some clients send none)
     name: str | None = None
+    reasoning_content: str | None = None  # an earlier reply's thoughts, as llama-server and vLLM send them
 
     def for_template(self) -> dict:
         role = "system" if self.role == "developer" else self.role
@@ -81,6 +92,8 @@ class ChatMessage(Body):
             message["tool_call_id"] = self.tool_call_id
         if self.name is not None:
             message["name"] = self.name
+        if self.reasoning_content and role == "assistant":
+            message["reasoning_content"] = self.reasoning_content
         return message
 
     def _text(self) -> str:
@@ -136,6 +149,8 @@ class ChatCompletionRequest(Sampling):
     documents: bool = False  # homeai: answer from the household's indexed documents, citing them
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
     @property
     def max_tokens_param(self) -> str:
@@ -150,7 +165,18 @@ class ChatCompletionRequest(Sampling):
                                      max_tokens_param=self.max_tokens_param)
         return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model, tools=self.tools,
                        tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
-                       structured=self.response_format, sampling=sampling, documents=self.documents)
+                       structured=self.response_format, sampling=sampling, documents=self.documents,
+                       think=self.think_ask())
+
+    def think_ask(self) -> ThinkAsk:
+        """What `reasoning_effort` and `chat_template_kwargs` ask of a model that thinks."""
+        wrong = check_kwargs(self.chat_template_kwargs, max_names=MAX_TEMPLATE_KWARGS,
+                             max_chars=MAX_TEMPLATE_KWARGS_CHARS)
+        if wrong:
+            raise ApiError(400, f"chat_template_kwargs: {wrong}", code="invalid_value", param="chat_template_kwargs")
+        effort = self.reasoning_effort
+        on = None if effort is None else effort != "none"
+        return ThinkAsk(on=on, effort=effort if on else None, kwargs=self.chat_template_kwargs or None)
 
 
 class CompletionRequest(Sampling):

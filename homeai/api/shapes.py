@@ -4,7 +4,9 @@ stream chunks, with logprobs shaped as OpenAI shapes them.
 A shape knows one response's id, model and creation time. `chunks(event)` turns one event of the
 answer (`homeai.service.answer`) into the chunks it makes; `whole(whole)` is the non-streaming
 object. A tool call (sent whole by the service) goes out as OpenAI streams one: its id and name,
-then its arguments.
+then its arguments. The model's thoughts go out as llama-server and vLLM send them: a chat chunk's
+`delta.reasoning_content`, and the message's `reasoning_content` (legacy completions, whose text
+is the prompt continued, have none).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 import uuid
 
 from homeai import __version__
-from homeai.service.answer import Call, Done, Failed, Text, Usage, Whole
+from homeai.service.answer import Call, Done, Failed, Text, Thinking, Usage, Whole
 
 FINGERPRINT = f"homeai-{__version__}"
 FLOOR_LOGPROB = -9999.0  # what OpenAI sends for a probability that underflows
@@ -58,6 +60,8 @@ class _Shape:
         "error" when it was cut short, or "tool_calls" once calls went out)."""
         if isinstance(event, Text):
             return [self.text_chunk(event.text, event.tokens)]
+        if isinstance(event, Thinking):
+            return self.thinking_chunks(event.text)
         if isinstance(event, Call):
             self.num_calls += 1
             return self.call_chunks(event)
@@ -65,6 +69,9 @@ class _Shape:
         return [self.last_chunk(reason)]
 
     def call_chunks(self, event: Call) -> list[dict]:
+        return []
+
+    def thinking_chunks(self, text: str) -> list[dict]:
         return []
 
 
@@ -77,6 +84,9 @@ class ChatShape(_Shape):
         head = {"index": index, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
         arguments = {"index": index, "function": {"arguments": call.arguments_json}}
         return [self.chunk({"tool_calls": [head]}, ()), self.chunk({"tool_calls": [arguments]}, ())]
+
+    def thinking_chunks(self, text: str) -> list[dict]:
+        return [self.chunk({"reasoning_content": text}, ())]
 
     def first_chunk(self) -> dict:
         return self.chunk({"role": "assistant", "content": ""}, ())
@@ -94,6 +104,8 @@ class ChatShape(_Shape):
 
     def whole(self, w: Whole) -> dict:
         message = {"role": "assistant", "content": w.content, "refusal": None}
+        if w.thinking:
+            message["reasoning_content"] = w.thinking
         if w.calls:
             message["tool_calls"] = [call.as_openai() for call in w.calls]
         choice = {"index": 0, "message": message, "logprobs": self._logprobs(w.tokens), "finish_reason": w.reason}

@@ -1,8 +1,9 @@
 """One voice turn: an utterance transcribed, answered on the voice lane, the exchange stored.
 
 The turn formats the service's answer stream as the voice socket's events: `transcript.final`,
-`response.delta` for each piece of text, `response.tool_calls` for each call as soon as it is
-written whole, then `response.done` {text, finish_reason, timings} or `error` {code, message}.
+`response.delta` for each piece of text (a thinking model's thoughts are neither sent nor spoken),
+`response.tool_calls` for each call as soon as it is written whole, then `response.done` {text,
+finish_reason, timings} or `error` {code, message}.
 While the answer is tool calls, it waits for the client's `tool.result` of each and answers again
 with them (`MAX_TOOL_ROUNDS`, the last in words). Speech is the service's one speech turn; the
 answer is `service.chat` (the spoken-style system prompt and the last turns of the conversation
@@ -21,7 +22,7 @@ import time
 
 from homeai.api.voice_audio import SpokenAnswer
 from homeai.api.voice_protocol import Settings, VoiceError
-from homeai.service import ChatAsk, SamplingAsk, ServiceError
+from homeai.service import ChatAsk, SamplingAsk, ServiceError, ThinkAsk
 from homeai.service.answer import Call, Done, Failed, Text
 from homeai.store import conversations as convs
 from lanes import voice as voice_lane
@@ -104,8 +105,11 @@ class Turn:
             # The session's choice holds for the first answer; after results the model may answer in
             # words, and on the last round it must.
             choice = self.settings.tool_choice if round_ == 0 else "none" if round_ == MAX_TOOL_ROUNDS - 1 else "auto"
+            # A spoken answer does not wait on thoughts: a model that can stop thinking is asked to;
+            # one that cannot (gpt-oss) thinks, and its thoughts are neither sent nor said.
             ask = ChatAsk(messages=messages, lane=LANE, tools=self.settings.tools, tool_choice=choice,
-                          sampling=answer_sampling(policy), fit="latest", prompt_param="messages")
+                          sampling=answer_sampling(policy), fit="latest", prompt_param="messages",
+                          think=ThinkAsk(on=False))
             self.answer = await self.service.chat(ask, self.caller)
             self.done = await self._stream_answer()
             if not self.done.calls:

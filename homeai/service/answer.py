@@ -1,14 +1,17 @@
 """The answer stream: one generation as typed events, the same for every protocol.
 
     answer = await service.chat(ask, caller)
-    async for event in answer:      # Text ... Call ... then exactly one Done or Failed
+    async for event in answer:      # Thinking ... Text ... Call ... then exactly one Done or Failed
         ...
     whole = await answer.whole()    # or all of it at once (raises ServiceError when it failed)
 
-`Text` is text safe to show and the tokens behind it (for logprobs). With tools, text that may
-open a call is held back until decided, and each call comes as one `Call`, written whole, as
-soon as it is. `Done` ends an answer that finished ("stop", "length" or "tool_calls"), with the
-whole reply parsed; `Failed` one cut short ("abort": the server stopping; "error": a failed step).
+`Thinking` is a piece of the model's thoughts (`homeai.service.thinking` splits them off first,
+so they are never taken for tool calls, shown as content or spoken). `Text` is text safe to show
+and the tokens behind it (for logprobs; a thought's tokens ride on `Text` too, with no text).
+With tools, text that may open a call is held back until decided, and each call comes as one
+`Call`, written whole, as soon as it is. `Done` ends an answer that finished ("stop", "length"
+or "tool_calls"), with the whole reply parsed and its whole thoughts; `Failed` one cut short
+("abort": the server stopping; "error": a failed step).
 A reader that stops early calls `abort()` (idempotent); the engine frees the sequence within a step.
 """
 
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from homeai.engine.engine import FinishEvent, RequestStream, TokenEvent
 from homeai.engine.stats import RequestStats
 from homeai.service.errors import ServiceError, generation_failed, shutting_down
+from homeai.service.thinking import Splitter
 from homeai.tools import Reply, ToolCall, ToolPlan
 
 
@@ -45,6 +49,11 @@ class Text:
 
 
 @dataclass(frozen=True)
+class Thinking:
+    text: str  # a piece of the model's thoughts: never content, never a call, never spoken
+
+
+@dataclass(frozen=True)
 class Call:
     call: ToolCall
     index: int  # 0, 1, ...: the call's place in the reply
@@ -57,6 +66,7 @@ class Done:
     calls: tuple[ToolCall, ...]  # every call, as sent in `Call` events
     usage: Usage
     stats: RequestStats
+    thinking: str = ""  # the whole reply's thoughts, as sent in `Thinking` events
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ class Failed:
     error: ServiceError
 
 
-Event = Text | Call | Done | Failed
+Event = Thinking | Text | Call | Done | Failed
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,7 @@ class Whole:
     usage: Usage
     stats: RequestStats
     tokens: tuple[TokenEvent, ...]  # every token, for logprobs
+    thinking: str = ""  # the model's thoughts ("" when it did not think)
 
 
 class Answer:
@@ -83,15 +94,17 @@ class Answer:
     household documents the answer was given (`documents`)."""
 
     def __init__(self, stream: RequestStream, *, model: str, lane: str, plan: ToolPlan | None = None,
-                 with_tokens: bool = False, citations: list[dict] | None = None):
+                 with_tokens: bool = False, citations: list[dict] | None = None, thoughts: Splitter | None = None):
         self.stream = stream
         self.model, self.lane = model, lane
         self.plan = plan
         self.with_tokens = with_tokens  # a Text for every token, even one whose text is held back
         self.citations = citations or []
         self.calls = plan.stream() if plan is not None else None
+        self.thoughts = thoughts  # splits thoughts from content, before the tool plan sees any text
         self.sent: list[ToolCall] = []
-        self.text = ""  # every piece of the reply so far, calls included
+        self.text = ""  # every piece of the reply's content so far, calls included (no thoughts)
+        self.thinking = ""  # every piece of its thoughts so far
         self.num_output_tokens = 0  # tokens read so far (an answer cut short has some too)
         self.read = False
 
@@ -130,14 +143,27 @@ class Answer:
             self.abort()
 
     def _token(self, event: TokenEvent) -> list[Event]:
-        self.text += event.text
         self.num_output_tokens += 1
         tokens = (event,) if self.with_tokens else ()
-        text = self.calls.feed(event.text) if self.calls is not None else event.text
-        out: list[Event] = [Text(text, tokens)] if text or tokens else []
+        out, content = self._split(event.text)
+        self.text += content
+        text = self.calls.feed(content) if self.calls is not None else content
+        if text or tokens:
+            out.append(Text(text, tokens))
         if self.calls is not None:
             out += self._sent(self.calls.new_calls())
         return out
+
+    def _split(self, text: str, finish: bool = False) -> tuple[list[Event], str]:
+        """A `Thinking` for the thoughts in `text` (and, `finish`ed, those held back), and its content."""
+        if self.thoughts is None:
+            return [], text
+        thought, content = self.thoughts.feed(text)
+        if finish:
+            rest = self.thoughts.finish()
+            thought, content = thought + rest[0], content + rest[1]
+        self.thinking += thought
+        return ([Thinking(thought)] if thought else []), content
 
     def _sent(self, calls) -> list[Call]:
         out = [Call(call, len(self.sent) + i) for i, call in enumerate(calls)]
@@ -145,14 +171,15 @@ class Answer:
         return out
 
     def _end(self, finish: FinishEvent) -> list[Event]:
-        """Text held back, the calls not sent yet, then Done or Failed."""
-        self.text += finish.text
+        """Thoughts and text held back, the calls not sent yet, then Done or Failed."""
+        out, content = self._split(finish.text, finish=True)
+        self.text += content
         if self.calls is None:
-            out: list[Event] = [Text(finish.text)] if finish.text else []
+            out += [Text(content)] if content else []
         else:
-            self.calls.feed(finish.text)
+            self.calls.feed(content)
             rest, reply = self.calls.finish()
-            out = [Text(rest)] if rest else []
+            out += [Text(rest)] if rest else []
             out += self._sent(reply.calls[len(self.sent):])
         return [*out, self._last(finish)]
 
@@ -163,7 +190,7 @@ class Answer:
             return Failed("error", generation_failed(finish.error))
         reply = self._reply()
         reason = "tool_calls" if self.sent else ("length" if finish.reason == "length" else "stop")
-        return Done(reason, reply.content, tuple(self.sent), Usage.of(finish.stats), finish.stats)
+        return Done(reason, reply.content, tuple(self.sent), Usage.of(finish.stats), finish.stats, self.thinking)
 
     def _reply(self) -> Reply:
         """The whole reply's text without its calls (parsed once the reply is whole)."""
@@ -182,7 +209,8 @@ class Answer:
                 elif isinstance(event, Failed):
                     raise event.error
                 elif isinstance(event, Done):
-                    return Whole(event.content, event.calls, event.reason, event.usage, event.stats, tuple(tokens))
+                    return Whole(event.content, event.calls, event.reason, event.usage, event.stats, tuple(tokens),
+                                 event.thinking)
         except asyncio.CancelledError:
             self.abort()
             raise

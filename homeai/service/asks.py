@@ -13,6 +13,15 @@ from homeai.service.sampling import SamplingAsk
 
 
 @dataclass(frozen=True)
+class ThinkAsk:
+    """What a request asks of a model that can think (`homeai.service.thinking`)."""
+
+    on: bool | None = None  # think or not; None: the template's default (Qwen3 thinks, Granite does not)
+    effort: str | None = None  # "minimal" | "low" | "medium" | "high": the template's `reasoning_effort`
+    kwargs: dict | None = None  # OpenAI's `chat_template_kwargs`: further template variables, checked
+
+
+@dataclass(frozen=True)
 class ChatAsk:
     messages: list[dict]  # as the chat template takes them (role, content, tool_calls, ...)
     lane: str  # resolved by `service.lane` (checked again)
@@ -26,6 +35,7 @@ class ChatAsk:
     documents: bool = False  # answer from the household's indexed documents, citing them
     fit: str = "refuse"  # "refuse": too long is a 400; "latest": keep the latest turns that fit
     prompt_param: str = "messages"  # the request field the prompt came from, for errors
+    think: ThinkAsk = field(default_factory=ThinkAsk)
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class CompletionAsk:
     structured_kind: str = "openai"
     sampling: SamplingAsk = field(default_factory=SamplingAsk)
     prompt_param: str = "prompt"
+    think: ThinkAsk = field(default_factory=ThinkAsk)  # with `template`: as a chat's
 
 
 @dataclass(frozen=True)

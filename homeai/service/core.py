@@ -22,7 +22,7 @@ from functools import partial
 from homeai.engine.engine import Engine, RequestStream
 from homeai.engine.state import EngineState
 from homeai.sched.request import Kind
-from homeai.service import clients, names, prompts, sampling
+from homeai.service import clients, names, prompts, sampling, thinking
 from homeai.service.answer import Answer
 from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
 from homeai.service.errors import ServiceError, embedding_failed, model_loading, model_unavailable
@@ -117,6 +117,14 @@ class Service:
     def embed_dimensions(self) -> int:
         return self.engine().runner.info.embed_n_embd
 
+    def thinking_form(self) -> thinking.Form:
+        """How the served model thinks, from its chat template (`homeai.service.thinking`)."""
+        return thinking.form_of(self.engine().runner.chat.template)
+
+    def template_choice(self):
+        """The chat template the model is served with and why (`TemplateChoice`: `/api/show`)."""
+        return self.engine().runner.chat
+
     def piece(self, token: int) -> bytes:
         """The bytes token `token` stands for (logprobs)."""
         return self.engine().runner.piece(token)
@@ -176,10 +184,12 @@ class Service:
         params = sampling.params(ask.sampling, policy, grammar)
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
-        stream = await submit(engine, lambda: prompts.chat_tokens(runner, ask.messages, plan, docs=docs, limit=limit),
-                              lane=lane, member=caller.key, params=params, prompt_param=ask.prompt_param)
+        prompter = prompts.Prompter(runner, plan, ask.think)
+        tokens = partial(prompts.chat_tokens, runner, ask.messages, prompter, docs=docs, limit=limit)
+        stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
+                              prompt_param=ask.prompt_param)
         return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
-                      citations=citations)
+                      citations=citations, thoughts=prompter.splitter())
 
     async def _plan(self, runner, ask: ChatAsk, member: str):
         """The tool plan and the grammar the reply is held to, built off the loop (large schemas take
@@ -204,16 +214,19 @@ class Service:
         runner = engine.runner
         grammar = await self._grammar(runner, None, ask.structured, ask.structured_kind, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
+        prompter = prompts.Prompter(runner, None, ask.think) if ask.template else None
 
         def prompt():
-            if not ask.template:
+            if prompter is None:
                 return ask.prompt
             system = [{"role": "system", "content": ask.system}] if ask.system else []
-            return runner.apply_chat_template([*system, {"role": "user", "content": ask.prompt}])
+            return prompter([*system, {"role": "user", "content": ask.prompt}])
 
         stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param)
-        return Answer(stream, model=model, lane=lane, with_tokens=params.logprobs is not None)
+        # a prompt as it is (raw) is continued as written: no thoughts are split from its text
+        return Answer(stream, model=model, lane=lane, with_tokens=params.logprobs is not None,
+                      thoughts=prompter.splitter() if prompter is not None else None)
 
     async def embed(self, ask: EmbedAsk, caller: Caller) -> Embeddings:
         """One vector per input, all or none; cancelled, every queued input is aborted."""

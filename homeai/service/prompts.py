@@ -1,5 +1,6 @@
-"""From a request to the prompt and grammar the engine takes: the tool plan, the chat template,
-structured output, and a conversation fitted to the context.
+"""From a request to the prompt and grammar the engine takes: the tool plan, the chat template
+(with the template variables the request's thinking asks: `homeai.service.thinking`), structured
+output, and a conversation fitted to the context.
 
 Everything here may block (a large schema's grammar takes a while to build and check, bounded by
 `[grammar] build_timeout_s`; a long conversation takes a while to template and tokenise): the
@@ -13,6 +14,8 @@ from homeai.config import GrammarConfig
 from homeai.engine.engine import PromptTooLong
 from homeai.engine.grammar_check import GrammarBusy
 from homeai.sched.request import Grammar
+from homeai.service import thinking
+from homeai.service.asks import ThinkAsk
 from homeai.service.errors import ServiceError
 from lanes import chat as chat_lane
 
@@ -33,15 +36,38 @@ def tool_plan(runner, tool_list, tool_choice, parallel_tool_calls: bool = True) 
         raise tool_error(e) from None
 
 
-def chat_template(runner, plan: tools.ToolPlan | None):
-    """Messages -> prompt text. A template that renders tools gets the plan's tools and the history as
-    it is; one that knows none gets the tools in the system prompt, and earlier calls and results
-    as text (with or without tools in this request)."""
-    if plan is None and tools.for_template(_template_source(runner)).tools_in_template:
-        return runner.apply_chat_template
-    if plan is None:
-        return lambda messages: runner.apply_chat_template(tools.generic_messages(messages, None))
-    return lambda messages: runner.apply_chat_template(plan.messages(messages), plan.template_tools())
+class Prompter:
+    """Messages -> prompt in the model's chat template, thinking as the request asks (`think`). A
+    template that renders tools gets the plan's tools and the history as it is; one that knows none
+    gets the tools in the system prompt, and earlier calls and results as text (with or without
+    tools in this request).
+    `opened`: whether the last prompt rendered left a thought open, so the reply starts in it."""
+
+    def __init__(self, runner, plan: tools.ToolPlan | None, think: ThinkAsk | None = None):
+        self.runner, self.plan, self.think = runner, plan, think or ThinkAsk()
+        self.form = thinking.form_of(runner.chat.template)
+        self.extra = thinking.variables(self.form, self.think) or None
+        self.opened = False
+
+    def __call__(self, messages: list[dict]):
+        messages = thinking.history(messages, self.form)
+        plan = self.plan
+        if plan is None and tools.for_template(_template_source(self.runner)).tools_in_template:
+            prompt = self._render(messages)
+        elif plan is None:
+            prompt = self._render(tools.generic_messages(messages, None))
+        else:
+            prompt = self._render(plan.messages(messages), plan.template_tools())
+        self.opened = thinking.opens_thought(prompt, self.form)
+        return prompt
+
+    def _render(self, messages: list[dict], tool_list: list | None = None):
+        prompt = self.runner.apply_chat_template(messages, tool_list, extra=self.extra)
+        return thinking.closed(prompt, self.form, self.think)
+
+    def splitter(self) -> thinking.Splitter | None:
+        """The reply's thought splitter, once the prompt is rendered."""
+        return thinking.splitter(self.form, opened=self.opened)
 
 
 def grammar(runner, limits: GrammarConfig, plan: tools.ToolPlan | None, structured, kind: str,
@@ -65,12 +91,11 @@ def grammar(runner, limits: GrammarConfig, plan: tools.ToolPlan | None, structur
         raise ServiceError(429, str(e), code="grammar_busy", headers={"Retry-After": "1"}) from None
 
 
-def chat_tokens(runner, messages: list[dict], plan: tools.ToolPlan | None, *, docs: str = "",
+def chat_tokens(runner, messages: list[dict], prompter: Prompter, *, docs: str = "",
                 limit: int | None = None) -> list[int]:
     """The prompt's tokens: `docs` (a system message's text) before the messages. With a `limit`
     the latest turns that fit are kept; without, every message (too long is the engine's 400)."""
     try:
-        return chat_lane.build_prompt(messages, docs, limit, template=chat_template(runner, plan),
-                                      tokenize=runner.tokenize)
+        return chat_lane.build_prompt(messages, docs, limit, template=prompter, tokenize=runner.tokenize)
     except chat_lane.TooLong as e:  # the engine's refusal, so every protocol reports it alike
         raise PromptTooLong(e.num_tokens, e.limit) from None

@@ -12,7 +12,9 @@ first audio waits on it, and on a CPU background prefill shares its cores. Leavi
 (a client gone, barge-in) stops synthesis at the next chunk and gives the slot back. Text a
 client sends is refused when a synthesiser cannot take it (a control character other than a
 tab or line break, a lone surrogate); an answer's own text has those left out instead, since
-they are not the listener's doing. Each error text is written once:
+they are not the listener's doing. A thought a text starts with (`<think>...</think>`, a thinking
+model's answer handed on whole by a client) is never said (`homeai.service.thinking.spoken`).
+Each error text is written once:
 
     model_loading       503  the models are still loading (Retry-After 5)
     tts_unavailable     503  no piper or no voice, and why (the load error); chat is unaffected
@@ -36,6 +38,7 @@ import re
 from typing import TYPE_CHECKING, AsyncIterator
 
 from homeai.service.errors import RETRY_SOON, ServiceError
+from homeai.service import thinking
 from homeai.speech.base import SpeechModelError, SynthesisBusy, SynthesisOverCap
 from homeai.speech.sentences import Sentences, speakable
 
@@ -90,7 +93,7 @@ class Speaking:
             raise _invalid(f"'{text_param}' is {len(text)} characters long, over the {max_chars} taken "
                            "(tts.max_chars)", text_param)
         self.check_text(text, text_param)
-        if not any(ch.isalnum() for ch in speakable(text)):
+        if not any(ch.isalnum() for ch in speakable(thinking.spoken(text))):
             raise _invalid(f"'{text_param}' has nothing to say once markup and code are left out", text_param)
         name = self.voice(voice)
         if not MIN_SPEED <= speed <= MAX_SPEED:
@@ -124,7 +127,7 @@ class Speaking:
         slots (`tts_busy` before any frame when there is none). `first=False`: the text goes on an
         answer already being spoken (a Wyoming stream's later sentence): background is not held for it."""
         cutter = Sentences()
-        sentences = cutter.feed(text) + cutter.flush()
+        sentences = cutter.feed(thinking.spoken(text)) + cutter.flush()
         spoken = self._sentences_spoken(_listed(sentences), lane, member, voice, speed, hold=first)
         async with contextlib.aclosing(spoken) as frames:
             async for pcm in frames:
@@ -178,10 +181,11 @@ async def _listed(sentences: list[str]) -> AsyncIterator[str]:
 
 async def _cut(pieces: AsyncIterator[str]) -> AsyncIterator[str]:
     cutter = Sentences(first_clause=FIRST_CLAUSE)
+    thoughts = thinking.TagSplitter("<think>", "</think>")  # a thought the text starts with is not said
     async for piece in pieces:
-        for sentence in cutter.feed(piece):
+        for sentence in cutter.feed(thoughts.feed(piece)[1]):
             yield sentence
-    for sentence in cutter.flush():
+    for sentence in cutter.feed(thoughts.finish()[1]) + cutter.flush():
         yield sentence
 
 
