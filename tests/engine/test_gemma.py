@@ -2,22 +2,18 @@
 262k vocabulary and sliding-window attention (512 positions in 15 of its 18 layers).
 
 SmolLM2's tests of the same behaviour are reused where they take a runner (`test_batching`,
-`test_prefix_reuse`); what only a windowed cache shows is here: a prefix whose window cells
-llama.cpp gave to other tokens is read again, never resumed (`prefix.Memory`). Distributions are
-compared, not text: llama.cpp's kernels are not batch-invariant, and this base model answers in
-near-ties (see `test_batching`).
+`test_prefix_reuse`); tools with a grammar are `tests/api/test_gemma_api.py`'s. What only a
+windowed cache shows is here: a prefix whose window cells llama.cpp gave to other tokens is read
+again, never resumed (`prefix.Memory`). Distributions are compared, not text: llama.cpp's
+kernels are not batch-invariant, and this base model answers in near-ties (see `test_batching`).
 """
 
 from __future__ import annotations
 
-import json
-
-import jsonschema
 import pytest
 
-from homeai.engine.runner import json_schema_grammar
 from homeai.sched.pools import Pool
-from homeai.sched.request import Grammar, Request, SamplingParams
+from homeai.sched.request import Request, SamplingParams
 from homeai.sched.scheduler import Scheduler
 from tests.engine import test_batching as batching
 from tests.engine.test_prefix_reuse import POLICIES, Driver, assert_same, forced, greedy, reference
@@ -51,20 +47,6 @@ def test_a_reply_is_text_and_ends_at_the_end_of_its_turn(gemma_runner, make_gemm
     stream = engine.submit(prompt, params=SamplingParams(forced_tokens=tuple(apple + end_of_turn + apple)))
     text = "".join(e.text for e in stream)
     assert stream.finished.reason == "stop" and text == " Apple", "the turn ends at <end_of_turn>, unwritten"
-
-
-def test_a_grammar_holds_the_reply_to_a_schema(gemma_runner, make_gemma_engine):
-    """The generic tool form's guarantee: whatever the model would write, the reply is the schema's JSON."""
-    schema = {"type": "object", "properties": {"name": {"const": "turn_on"},
-                                               "arguments": {"type": "object", "properties": {"area": {"enum": ["kitchen", "hall"]}},
-                                                             "required": ["area"]}},
-              "required": ["name", "arguments"]}
-    engine = make_gemma_engine()
-    stream = engine.submit(user(gemma_runner, "Turn on the kitchen light."),
-                           params=SamplingParams(temperature=0, max_tokens=40, grammar=Grammar(json_schema_grammar(schema))))
-    text = "".join(e.text for e in stream)
-    assert stream.finished.reason == "stop", text
-    jsonschema.validate(json.loads(text), schema)
 
 
 def test_two_members_each_get_tokens_while_the_other_streams(gemma_runner, make_gemma_engine):
