@@ -25,7 +25,7 @@ class LanePolicy:
     max_queue: int  # waiting requests beyond this are refused (HTTP 429)
     ttft_target_ms: float  # time-to-first-token goal, used by goodput and the lane view
     itl_target_ms: float  # inter-token-latency goal: bounds the step length while this lane decodes
-    max_tokens: int  # default output cap when a request names none
+    max_tokens: int  # output cap when a request names none (0: none, the answer runs to its end or its cache's room)
 
     @property
     def interactive(self) -> bool:

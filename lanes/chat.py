@@ -15,8 +15,8 @@ from lanes.base import INTERACTIVE, LanePolicy
 
 POLICY = LanePolicy(
     name="chat", lane_class=INTERACTIVE, priority=1, weight=2.0, window_ms=5.0, max_batch=16,
-    max_queue=64, ttft_target_ms=1500.0, itl_target_ms=100.0, max_tokens=512,
-)
+    max_queue=64, ttft_target_ms=1500.0, itl_target_ms=100.0, max_tokens=0,
+)  # no cap: an answer people read runs to its end of turn (a household may set one: `[lanes.chat] max_tokens`)
 
 MAX_DOCUMENTS = 5  # chunks of the household's documents put before a question that asks for them
 
@@ -40,7 +40,8 @@ def question(messages: list[dict]) -> str:
 
 def prompt_limit(max_seq_len: int, max_tokens: int) -> int:
     """The prompt's share of a sequence: room is left for the answer, at most a quarter of it,
-    so that a long conversation still gets most of the context."""
+    so that a long conversation still gets most of the context (an answer with no cap, a huge
+    `max_tokens`, gets that quarter)."""
     return max_seq_len - min(max_tokens, max_seq_len // 4)
 
 

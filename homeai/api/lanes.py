@@ -13,6 +13,12 @@ moves it by its tokens + 1 or 2), each lane's `typical_output_tokens` (learnt fr
 of the latest answers) and each cache's `entries` (one more per finished generation kept).
 Queues, running sequences, finished requests and latency percentiles say how busy the box is,
 as any member's own requests would show it, and stay (`api/prometheus.py` keeps the same rule).
+
+An admin also sees who is using the box (`members`, issue 54): one row for each member, and for
+each user a trusted proxy names (`member/user`), with anything running, waiting, cached or
+finished in the last hour: requests running and waiting, the tokens of the last hour (prompt,
+found cached, generated), the cells its live sequences hold and its cached prefixes keep
+(`homeai.engine.usage`). Counts only, never a prompt's text; nobody else sees the rows.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from fastapi import APIRouter
 
 from homeai.api.auth import Caller, CurrentMember
 from homeai.api.deps import ServiceDep
+from homeai.engine import usage
 from homeai.engine.state import EngineState, LaneState
 
 router = APIRouter(prefix="/api", tags=["lanes"])
@@ -38,7 +45,22 @@ async def lanes(service: ServiceDep, member: CurrentMember) -> dict:
     view = lanes_view(service.state(), member)
     for lane, remote in service.remotes.snapshot().items():
         view["lanes"][lane]["remote"] = remote
+    if member.is_admin:
+        view["members"] = members_view(usage.members(service.engine()))
     return view
+
+
+def members_view(uses: dict[str, usage.MemberUse]) -> list[dict]:
+    """The rows of who is using the box, by key: a member, or a proxy's user within it."""
+    rows = []
+    for key, use in uses.items():
+        name, _, user = key.partition("/")
+        rows.append({"key": key, "member": name, "user": user or None, "running": use.running,
+                     "waiting": use.waiting, "tokens_hour": {"prompt": use.prompt_tokens_hour,
+                                                             "cached": use.cached_tokens_hour,
+                                                             "output": use.output_tokens_hour},
+                     "cells_used": use.cells_used, "cells_cached": use.cells_cached})
+    return rows
 
 
 def lanes_view(state: EngineState, caller: Caller | None = None) -> dict:

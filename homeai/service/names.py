@@ -11,6 +11,9 @@ homeai's lane header (Open WebUI's "Task model" setting, say `SmolLM2-135M-Instr
   that names another lane is a 400 `lane_conflict`. Rights are checked on the lane used: one the
   member may not use is the same 403 as with the header.
 * A suffix that is not a lane leaves the name as it is: it names no served model, a 404.
+* `[clients] model_alias` (say `home`) is a short name for the served model, as `<id>` is: `home`,
+  `home:latest` and `home:<lane>` are taken, and listed after the file's names (`home:latest` in
+  `/api/tags`), so that a client's model picker, which cuts long names, still tells the lanes apart.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ def split(name: str | None, lanes: Collection[str]) -> tuple[str | None, str | N
     return name, None
 
 
-def listed(model_id: str, lanes: Iterable[str], allowed: Collection[str]) -> list[str]:
-    """The lane names `model_id` is listed under for a member who may use `allowed`, in the lanes' order."""
-    return [f"{model_id}{SEPARATOR}{lane}" for lane in lanes if lane in allowed and lane != embeddings.POLICY.name]
+def listed(model_id: str, lanes: Iterable[str], allowed: Collection[str], alias: str = "") -> list[str]:
+    """The lane names `model_id` is listed under for a member who may use `allowed`, in the lanes' order;
+    then, with an `alias`, the alias itself and its lane names."""
+    lanes = [lane for lane in lanes if lane in allowed and lane != embeddings.POLICY.name]
+    named = [f"{model_id}{SEPARATOR}{lane}" for lane in lanes]
+    return named + ([alias] + [f"{alias}{SEPARATOR}{lane}" for lane in lanes] if alias else [])
 
 
 def asked_lane(named: str | None, body_lane: str | None, header: str | None) -> str | None:

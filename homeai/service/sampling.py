@@ -1,9 +1,12 @@
 """What a request asks of the sampler (`SamplingAsk`), and the one builder that fills its defaults.
 
 Every protocol hands the service the sampling fields it was sent, all optional; `params` turns
-them into the engine's `SamplingParams` with homeai's defaults and the lane's answer length
-(`max_tokens` of the lane, else 256). `check_limits` refuses what is over the server's limits
-(messages, answer length) with the same 400 everywhere.
+them into the engine's `SamplingParams` with homeai's defaults and the answer's length: the
+request's, else its lane's cap (`max_tokens` of the lane, where one is set), else none, as Ollama
+and llama-server have none: the answer runs to its end of turn or to its cache's room (the engine
+ends it there with "length"; `homeai.service.words` ends such a cut between words).
+`check_limits` refuses what is over the server's limits (messages, answer length) with the same
+400 everywhere.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from homeai.service.errors import ServiceError
 from lanes.base import LanePolicy
 
 MAX_STOPS = 16
-FALLBACK_MAX_TOKENS = 256  # a lane with no max_tokens of its own
+NO_LIMIT = 1 << 30  # no cap from the request or the lane: the engine ends the answer at its cache's room
 
 
 @dataclass(frozen=True)
 class SamplingAsk:
-    max_tokens: int | None = None  # None: the lane's
+    max_tokens: int | None = None  # None: the lane's cap, else none
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
@@ -59,7 +62,7 @@ def params(ask: SamplingAsk, policy: LanePolicy, grammar: Grammar | None = None)
         temperature=_or(ask.temperature, d.temperature), top_p=_or(ask.top_p, d.top_p),
         top_k=_or(ask.top_k, d.top_k), min_p=_or(ask.min_p, d.min_p),
         repeat_penalty=_or(ask.repeat_penalty, d.repeat_penalty), seed=ask.seed,
-        max_tokens=ask.max_tokens or policy.max_tokens or FALLBACK_MAX_TOKENS,
+        max_tokens=ask.max_tokens or policy.max_tokens or NO_LIMIT,
         stop=tuple(s for s in stops if s), logprobs=ask.logprobs, ignore_eos=ask.ignore_eos, grammar=grammar)
 
 
