@@ -1,6 +1,8 @@
 // The "box" view: what the one model is busy with. Each lane's queue, running sequences,
 // TTFT/ITL p50/p95 and rejections (GET /api/lanes), the KV cache's use, and background
 // jobs with their progress (GET /api/jobs, optional). Polled every 2 s while shown.
+// An admin also sees who is using the box (the `members` rows /api/lanes gives only an admin):
+// each member, and each user behind a proxy such as Open WebUI, with counts, never text.
 
 import { call } from "./api.js";
 
@@ -33,6 +35,15 @@ function meter(label, used, total) {
   return wrap;
 }
 
+// Tokens of the last hour: the prompts', those of them found cached, the answers'; then KV cells now.
+const MEMBER_COLUMNS = ["Member", "Running", "Waiting", "Prompt 1 h", "Cached 1 h", "Answer 1 h", "Cells held",
+  "Cells cached"];
+
+// "owui › alice" for a proxy's user, the member's name otherwise.
+function who(row) {
+  return row.user ? `${row.member} › ${row.user}` : row.member;
+}
+
 export class BoxView {
   constructor(root) {
     this.root = root;
@@ -41,6 +52,7 @@ export class BoxView {
     this.kv = root.querySelector("#box-kv");
     this.jobs = root.querySelector("#box-jobs");
     this.status = root.querySelector("#box-status");
+    this.members = null; // the "who is using the box" section, made when an admin's snapshot has rows
   }
 
   show() {
@@ -86,12 +98,48 @@ export class BoxView {
         cell("Rejected", String(lane.rejected ?? 0)));
     });
     this.lanes.replaceChildren(...rows);
+    this.renderMembers(snapshot.members);
     const kv = snapshot.kv || {};
     this.kv.replaceChildren(
       meter("KV cells", kv.cells_used, kv.cells_total),
       meter("Cached prefix cells", kv.cells_cached ?? 0, kv.cells_total),
       meter("Sequences", kv.seqs_used, kv.seqs_total),
     );
+  }
+
+  renderMembers(members) {
+    if (!Array.isArray(members)) { // not an admin: nothing about anyone else
+      if (this.members) this.members.remove();
+      this.members = null;
+      return;
+    }
+    if (!this.members) this.members = this.membersSection();
+    const body = this.members.querySelector("tbody");
+    if (!members.length) {
+      const none = el("td", { colspan: String(MEMBER_COLUMNS.length), class: "muted", text: "No one in the last hour." });
+      body.replaceChildren(el("tr", {}, none));
+      return;
+    }
+    body.replaceChildren(...members.map((row) => {
+      const tokens = row.tokens_hour || {};
+      const values = [row.running, row.waiting, tokens.prompt, tokens.cached, tokens.output, row.cells_used, row.cells_cached];
+      return el("tr", { "data-key": row.key },
+        el("th", { scope: "row", text: who(row) }),
+        ...values.map((v, i) => el("td", { class: "num", "data-label": MEMBER_COLUMNS[i + 1], text: String(v ?? 0) })));
+    }));
+  }
+
+  // The section, placed after the lanes' table (before "Memory").
+  membersSection() {
+    const head = el("tr", {}, ...MEMBER_COLUMNS.map((name) => el("th", { scope: "col", text: name })));
+    const table = el("table", { class: "lanes members", "aria-labelledby": "box-members-title" },
+      el("thead", {}, head), el("tbody", { id: "box-members" }));
+    const section = el("section", { class: "box-members" },
+      el("h3", { id: "box-members-title", text: "Who is using the box" }),
+      el("div", { class: "table-wrap" }, table));
+    const memory = this.kv.previousElementSibling; // the "Memory" heading
+    this.kv.parentNode.insertBefore(section, memory && memory.tagName === "H3" ? memory : this.kv);
+    return section;
   }
 
   renderJobs(body, error) {
