@@ -184,7 +184,9 @@ class Service:
         params = sampling.params(ask.sampling, policy, grammar)
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
-        prompter = prompts.Prompter(runner, plan, ask.think)
+        # a reply held to a format from its first token has no room for a thought
+        think = thinking.held(ask.think) if grammar is not None and plan is None else ask.think
+        prompter = prompts.Prompter(runner, plan, think)
         tokens = partial(prompts.chat_tokens, runner, ask.messages, prompter, docs=docs, limit=limit)
         stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param)
@@ -214,7 +216,8 @@ class Service:
         runner = engine.runner
         grammar = await self._grammar(runner, None, ask.structured, ask.structured_kind, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
-        prompter = prompts.Prompter(runner, None, ask.think) if ask.template else None
+        think = thinking.held(ask.think) if grammar is not None else ask.think
+        prompter = prompts.Prompter(runner, None, think) if ask.template else None
 
         def prompt():
             if prompter is None:

@@ -135,6 +135,13 @@ def on(form: Form, ask: ThinkAsk) -> bool | None:
     return ask.on
 
 
+def held(ask: ThinkAsk) -> ThinkAsk:
+    """What is asked of a reply held to a format or schema from its first token: no thinking (a
+    grammar leaves no room for a thought; a prompt that opened one would take the JSON for it)."""
+    kwargs = {k: v for k, v in (ask.kwargs or {}).items() if k not in ("enable_thinking", "thinking")}
+    return ThinkAsk(on=False, kwargs=kwargs or None)
+
+
 def variables(form: Form, ask: ThinkAsk) -> dict:
     """The template variables that ask what the request asks: the switch, the reasoning effort,
     then the request's own `chat_template_kwargs` (which win: the client named them)."""

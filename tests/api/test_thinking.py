@@ -119,6 +119,14 @@ def test_ollama_generate_streams_thinking(client, http, thinks):
     assert lines[-1].done and lines[-1].eval_count == 12  # the thought's tokens are the answer's
 
 
+def test_an_answer_held_to_a_format_does_not_think(client, http, thinks):
+    """The grammar holds the reply from its first token: the prompt's thought is closed, so the
+    JSON is the answer, not taken for a thought."""
+    answer = client.chat(model=model_name(http), messages=SHOTS[4:], think=True, format="json", stream=False,
+                         options={"temperature": 0, "num_predict": 24})
+    assert not answer.message.thinking and answer.message.content.lstrip().startswith("{")
+
+
 def test_earlier_thoughts_are_not_sent_to_a_template_that_does_not_read_them(http, thinks):
     def prompt_tokens(thinking: str | None) -> int:
         said = {"role": "assistant", "content": "4", **({"thinking": thinking} if thinking else {})}
