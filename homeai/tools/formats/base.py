@@ -103,9 +103,10 @@ def schema_rules(tools: ToolSet, parts: dict[str, tuple[int, str | None]]) -> tu
 
 
 def decode_at(text: str, start: int) -> tuple[object, int] | None:
+    """The JSON value at `start` and where it ends (None: not one, or nested past Python's depth)."""
     try:
         return json.JSONDecoder().raw_decode(text, start)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -115,15 +116,16 @@ def skip_space(text: str, at: int, chars: str = " \t\n\r") -> int:
     return at
 
 
-def name_and(call: object, key: str = "arguments") -> RawCall:
-    """A call object `{"name": ..., key: {...}}` (its `id` kept when it has one)."""
+def name_and(call: object, key: str = "arguments", ids: bool = False) -> RawCall:
+    """A call object `{"name": ..., key: {...}}`, its `id` kept with `ids` (Mistral's: others' models
+    write none that a client could rely on)."""
     if not isinstance(call, dict):
         return RawCall("", None)
-    ident = call.get("id") if isinstance(call.get("id"), str) else None
+    ident = call.get("id") if ids and isinstance(call.get("id"), str) else None
     return RawCall(call.get("name") if isinstance(call.get("name"), str) else "", call.get(key, {}), ident)
 
 
-def objects_from(text: str, at: int, key: str = "arguments") -> tuple[list[RawCall], int, bool]:
+def objects_from(text: str, at: int, key: str = "arguments", ids: bool = False) -> tuple[list[RawCall], int, bool]:
     """The call objects of a JSON list's items from `at` (just inside its `[`), separated by commas:
     the calls written whole, where they end, and whether the list is closed after them."""
     calls = []
@@ -134,7 +136,7 @@ def objects_from(text: str, at: int, key: str = "arguments") -> tuple[list[RawCa
         decoded = decode_at(text, at) if text[at:at + 1] == "{" else None
         if decoded is None:
             return calls, at, False
-        calls.append(name_and(decoded[0], key))
+        calls.append(name_and(decoded[0], key, ids))
         at = decoded[1]
 
 
@@ -228,8 +230,6 @@ class CallFormat:
         """The grammar holding a call to the tools' schemas, lazy unless a call is forced; None for a
         format no grammar holds (its calls are only parsed and checked)."""
         root = self._root(tools)
-        if root is None:
-            return None
         if tools.forced:
             return Grammar(root, param="tools")
         patterns = tuple(f"^{start}({mandatory}{prefixes(rest)})$" for start, mandatory, rest in self._triggers(tools))
@@ -240,8 +240,9 @@ class CallFormat:
         way a call opens."""
         raise NotImplementedError
 
-    def _root(self, tools: ToolSet) -> str | None:
-        return None
+    def _root(self, tools: ToolSet) -> str:
+        """The GBNF, its rule `root` a call (or several, when parallel calls are allowed)."""
+        raise NotImplementedError
 
     # ---- the conversation ----
 

@@ -18,8 +18,8 @@ import json
 import re
 from typing import Callable, Iterator
 
-from homeai.tools.formats.base import Block, CallFormat, RawCall, chars, escape, literal, names_unit, repeated, \
-    schema_rules, skip_space
+from homeai.tools.formats.base import Block, CallFormat, RawCall, chars, decode_at, escape, literal, names_unit, \
+    repeated, schema_rules, skip_space
 from homeai.tools.spec import Tool, ToolSet
 
 _NAME = re.compile(r"[A-Za-z0-9_\-.]+")
@@ -81,7 +81,7 @@ class QwenXML(CallFormat):
                 ("xml-text" if is_text(schema) else None)
 
         def item(key, rule):
-            return f'"<parameter={key}>" "\\n"? {rule} "\\n"? "</parameter>" "\\n"?'
+            return f'{literal(f"<parameter={key}>")} "\\n"? {rule} "\\n"? "</parameter>" "\\n"?'
 
         text, bodies = argument_bodies(tools, item, text_rule, "")
         functions = " | ".join(f'"<function={t.name}>" "\\n"? {body} "</function>"'
@@ -171,7 +171,7 @@ class Gemma(CallFormat):
             inner = "(" + " | ".join(literal(s) for s in strings) + ")" if strings else "gemma-text"
             return f"{quote} {inner} {quote}" if is_text(schema) else None
 
-        text, bodies = argument_bodies(tools, lambda key, rule: f'"{key}:" {rule}', text_rule, '","')
+        text, bodies = argument_bodies(tools, lambda key, rule: f"{literal(key + ':')} {rule}", text_rule, '","')
         functions = " | ".join(f'"call:{t.name}{{" {body} "}}"' for t, body in zip(tools.offered(), bodies))
         block = f"({literal(self.opener)} ({functions}) {literal(self.close)})"
         return f"{text}\ngemma-text ::= [^<]*\nroot ::= {repeated(block, tools)}\n"
@@ -181,7 +181,7 @@ class Gemma(CallFormat):
         while (start := text.find(self.opener, at)) >= 0:
             at = start + len(self.opener)
             name = _NAME.match(text, at + 5) if text.startswith("call:", at) else None
-            parsed = _value(text, name.end(), self.quote) if name and text.startswith("{", name.end()) else None
+            parsed = _arguments(text, name.end(), self.quote) if name and text.startswith("{", name.end()) else None
             if parsed is None:
                 yield Block(start, len(text), [], False)
                 return
@@ -204,6 +204,13 @@ class Gemma4(Gemma):
     stops = ()
 
 
+def _arguments(text: str, at: int, quote: str) -> tuple[object, int] | None:
+    try:
+        return _value(text, at, quote)
+    except RecursionError:  # nested past Python's depth: not a call
+        return None
+
+
 def _value(text: str, at: int, quote: str) -> tuple[object, int] | None:
     """A Gemma value at `at` and where it ends (None: not written whole, or not well formed)."""
     at = skip_space(text, at)
@@ -213,10 +220,7 @@ def _value(text: str, at: int, quote: str) -> tuple[object, int] | None:
     if text.startswith("{", at) or text.startswith("[", at):
         return _collection(text, at, quote)
     if text.startswith('"', at):
-        try:
-            return json.JSONDecoder().raw_decode(text, at)
-        except ValueError:
-            return None
+        return decode_at(text, at)
     token = re.compile(r"[^,}\]]*").match(text, at)
     end = token.end()
     if end >= len(text) or not token.group(0).strip():

@@ -52,8 +52,7 @@ class Mistral(CallFormat):
         while (start := text.find(OPENER, at)) >= 0:
             body = skip_space(text, start + len(OPENER))
             if text[body:body + 1] == "[":
-                calls, end, whole = objects_from(text, body + 1)
-                calls = [RawCall(c.name, c.arguments, c.id) for c in calls]
+                calls, end, whole = objects_from(text, body + 1, ids=True)  # each with the id the model gave it
                 yield Block(start, end if whole else len(text), calls, whole)
                 if not whole:
                     return
