@@ -247,11 +247,14 @@ class CallFormat:
     # ---- the conversation ----
 
     def messages(self, messages: list[dict], tools: ToolSet | None) -> list[dict]:
-        """The conversation as this format's template takes it: as it is, for one that renders earlier
-        calls; else each call written into its message's text as the model writes it (a template
-        that only shows `content`, Granite 3's, would fail on a call's empty content)."""
+        """The conversation as this format's template takes it: as it is (no text as ""), for one
+        that renders earlier calls; else each call written into its message's text as the model
+        writes it (a template that only shows `content`, Granite 3's, would fail on a call's empty
+        content)."""
         if self.source is None or "tool_calls" in self.source:
-            return messages
+            # No text is "", as llama-server gives it: OpenAI clients send a call's `content: null`,
+            # on which Qwen3's and gpt-oss's templates fail (`'<think>' in content`).
+            return [m if m.get("content") is not None else {**m, "content": ""} for m in messages]
         return [self._with_calls_written(m) for m in messages]
 
     def _with_calls_written(self, message: dict) -> dict:
