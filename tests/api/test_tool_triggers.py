@@ -43,7 +43,8 @@ texts = ["Here is an example: {}",
 fragments = ["{", "}", "{}", "{{", "{\"", "\"", "[", "]", ":", ",", ";", " ", "\n", "tool_calls", "name", "arguments",
              "parameters", "intent__HassTurnOn", "intent", "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]",
              "<function=", "<parameter=", "<|python_tag|>", "<|tool_call|>", "<|/tool_call|>", "functools[",
-             "<start_function_call>", "<|tool_call>", "call:", "<escape>", "Sure", " here"]
+             "<start_function_call>", "<|tool_call>", "call:", "<escape>", "<|channel|>", "commentary",
+             " to=functions.", "<|start|>assistant", "<|constrain|>json", "<|message|>", "Sure", " here"]
 rng = random.Random(7)
 texts += ["".join(rng.choice(fragments) for _ in range(rng.randint(1, 14))) for _ in range(400)]
 

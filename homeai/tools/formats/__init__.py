@@ -7,7 +7,7 @@
 * `mistral`: `[TOOL_CALLS][...]` and `[TOOL_CALLS]NAME[ARGS]{...}`, with 9-character call ids (mistral.py).
 * `qwen-xml` (Qwen3-Coder `<function=NAME><parameter=P>`), `gemma` (FunctionGemma) and `gemma4`
   (`call:NAME{key:<escape>value<escape>}`) (keyed.py).
-* `harmony`: gpt-oss's commentary channel, parsed only (harmony.py).
+* `harmony`: gpt-oss's calls in the commentary channel (harmony.py).
 
 Each format gives the grammar that holds a call to the tools' schemas (lazy, triggered at the
 call's opening, when the model may also answer in text; from the first token when a call is

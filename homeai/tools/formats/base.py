@@ -226,9 +226,8 @@ class CallFormat:
 
     # ---- the grammar ----
 
-    def grammar(self, tools: ToolSet) -> Grammar | None:
-        """The grammar holding a call to the tools' schemas, lazy unless a call is forced; None for a
-        format no grammar holds (its calls are only parsed and checked)."""
+    def grammar(self, tools: ToolSet) -> Grammar:
+        """The grammar holding a call to the tools' schemas, lazy unless a call is forced."""
         root = self._root(tools)
         if tools.forced:
             return Grammar(root, param="tools")

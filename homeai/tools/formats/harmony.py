@@ -8,10 +8,11 @@ thinking splitter (homeai.service.thinking) routes the channels: the analysis ch
 the final channel's text to content, and a commentary block that calls a function verbatim to
 content, which is what this format reads. The template renders earlier calls itself.
 
-No grammar holds it: the call's arguments start after a header whose parts vary (the recipient
-before or after the channel, `<|constrain|>` or a bare `json`), inside markup the splitter routes,
-so a trigger could not be made a prefix of what a grammar takes. Its calls are parsed and each
-checked against its tool's schema.
+Its grammar starts at either header (the raw output's, before the splitter routes it) and holds
+the header's rest, `<|constrain|>json` or a bare `json` or neither, then the named tool's
+arguments; `<|call|>` ends the reply there. A call from the reply's very start, whose
+`<|start|>assistant` is the prompt's (` to=functions.NAME<|channel|>...`), is parsed and checked,
+not held. One call a reply: generation ends at `<|call|>`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from homeai.tools.formats.base import Block, CallFormat, RawCall, decode_at, skip_space
-from homeai.tools.spec import ToolSet
+from homeai.tools.formats.base import Block, CallFormat, RawCall, arguments_rules, decode_at, escape, literal, \
+    names_unit, skip_space
+from homeai.tools.spec import ToolSet, dumps
+
+CHANNEL_FIRST = "<|channel|>commentary to=functions."
+RECIPIENT_FIRST = "<|start|>assistant to=functions."
 
 _HEADER = re.compile(r"(?:<\|start\|>assistant)?(?:<\|channel\|>commentary)? ?to=functions\.([A-Za-z0-9_\-.]+)"
                      r"(?:<\|channel\|>commentary)?[^<]*(?:<\|constrain\|>[^<]*)?<\|message\|>")
@@ -28,10 +33,21 @@ _HEADER = re.compile(r"(?:<\|start\|>assistant)?(?:<\|channel\|>commentary)? ?to
 
 class Harmony(CallFormat):
     name = "harmony"
-    openers = ("<|channel|>commentary to=functions.", "<|start|>assistant to=functions.")
+    openers = (CHANNEL_FIRST, RECIPIENT_FIRST)
 
-    def grammar(self, tools: ToolSet) -> None:
-        return None
+    def _triggers(self, tools: ToolSet):
+        return [("[\\s\\S]*?", escape(opener), [names_unit(tools)]) for opener in self.openers]
+
+    def _root(self, tools: ToolSet) -> str:
+        text, args = arguments_rules(tools)
+        names = [literal(t.name) for t in tools.offered()]
+        channel_first = " | ".join(f"{name} header-rest {rule}" for name, rule in zip(names, args))
+        recipient_first = " | ".join(f'{name} "<|channel|>commentary" header-rest {rule}'
+                                     for name, rule in zip(names, args))
+        return (f'{text}\nheader-rest ::= " "? ("<|constrain|>"? "json" " "?)? "<|message|>"\n'
+                f"channel-first ::= {literal(CHANNEL_FIRST)} ({channel_first})\n"
+                f"recipient-first ::= {literal(RECIPIENT_FIRST)} ({recipient_first})\n"
+                "root ::= channel-first | recipient-first\n")
 
     def blocks(self, text: str) -> Iterator[Block]:
         at = 0
@@ -46,3 +62,7 @@ class Harmony(CallFormat):
                        decoded[1])  # the message's end, when the splitter passes it on
             yield Block(start, end, [RawCall(header.group(1), decoded[0])], True)
             at = end
+
+    def write(self, calls: list[dict]) -> str:
+        """Calls as the splitter hands them on (gpt-oss's template renders history's calls itself)."""
+        return "".join(f"{CHANNEL_FIRST}{c['name']} <|constrain|>json<|message|>{dumps(c['arguments'])}" for c in calls)
