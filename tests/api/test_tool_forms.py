@@ -1,8 +1,9 @@
 """A family's own call form end to end: the server over SmolLM2 with a published template in place
 of its own (as `model.chat_template` names a file), so the tool plan writes, holds, parses and
 streams that family's markup through the real `openai` and `ollama` clients: Qwen2.5's hermes
-`<tool_call>` (ChatML, SmolLM2's own turns) and Mistral Small 3.2's `[TOOL_CALLS]NAME[ARGS]`, whose
-template refuses any call id that is not 9 letters and digits, and Ollama's calls carry none.
+`<tool_call>` (ChatML, SmolLM2's own turns), Mistral Small 3.2's `[TOOL_CALLS]NAME[ARGS]`, whose
+template refuses any call id that is not 9 letters and digits, and Ollama's calls carry none, and
+gpt-oss's harmony, whose call passes the thinking splitter first.
 
 Run: .venv/bin/python -m pytest tests/api/test_tool_forms.py
 """
@@ -25,7 +26,8 @@ from tests.tools.replies import TOOLS as HA_TOOLS
 pytestmark = pytest.mark.model
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "engine" / "templates"
-FORMS = {"hermes": "qwen2.5-instruct.jinja", "mistral": "Mistral-Small-3.2-24B-Instruct-2506.jinja"}
+FORMS = {"hermes": "qwen2.5-instruct.jinja", "mistral": "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+         "harmony": "openai-gpt-oss-120b.jinja"}
 # Short, for a quick test on a small box: Mistral's template's own system prompt is ~600 tokens.
 ASK = [{"role": "system", "content": "You control the home."},
        {"role": "user", "content": "Dim the kitchen light to 40 percent."}]
