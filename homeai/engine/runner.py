@@ -369,9 +369,10 @@ def _context(model, *, n_ctx: int, n_batch: int, n_seq_max: int, n_threads: int,
     params.n_seq_max = n_seq_max
     params.n_threads = params.n_threads_batch = n_threads
     params.kv_unified = True
-    # A sliding-window model's window cells as large as the cache (llama.cpp's own default, llama-server's
-    # --swa-full): llama.cpp gives a sequence's out-of-window cells to others only when it finds no
-    # free cell first, so more cached prefixes stay resumable (prefix.Memory) than in a window-sized one.
+    # A sliding-window model's window cells as many as the cache's (llama.cpp's C default, llama-server's
+    # --swa-full): the scheduler counts a cache's cells once for every layer, which holds for the
+    # windowed layers only so. Window-sized (n_swa a sequence), cells two sequences share (seq_cp,
+    # never given away) could fill them while the count says there is room.
     params.swa_full = True
     params.flash_attn_type = flash_attn
     params.no_perf = True

@@ -37,6 +37,7 @@ def user(runner, text: str) -> list[int]:
 
 def test_a_reply_is_text_and_ends_at_the_end_of_its_turn(gemma_runner, make_gemma_engine):
     engine = make_gemma_engine()
+    assert engine.scheduler.pools.memory.window == 512, "the engine's prompt cache knows Gemma's window"
     prompt = user(gemma_runner, "Name three fruits.")
     assert gemma_runner.detokenize(prompt).endswith("model\n"), "the prompt ends in the model's own turn"
     stream = engine.submit(prompt, params=SamplingParams(temperature=0, max_tokens=8))
