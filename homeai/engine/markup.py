@@ -23,6 +23,7 @@ REPLY = frozenset({
     "<|channel|>", "<|message|>", "<|constrain|>", "<|start|>", "<|end|>",
     # Granite 3.x, Phi-4-mini
     "<|tool_call|>", "<|/tool_call|>",
-    # Gemma's function calls (FunctionGemma)
-    "<start_function_call>", "<end_function_call>",
+    # Gemma's function calls (FunctionGemma: `<escape>` quotes a string value; Gemma 4: `<|tool_call>`,
+    # `<tool_call|>`, and `<|"|>` quoting a string)
+    "<start_function_call>", "<end_function_call>", "<escape>", "<|tool_call>", "<tool_call|>", '<|"|>',
 })

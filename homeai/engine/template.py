@@ -186,7 +186,11 @@ def _for_template(message: dict) -> dict:
     """A message as chat templates expect it. OpenAI sends a tool call's `arguments` as a JSON string;
     templates (Qwen 2.5, Hermes, Llama 3.x, Mistral) write them with `| tojson`, so they need the
     mapping, or the prompt would hold a quoted string. An empty or null `tool_calls` is dropped:
-    Llama 3.x tests `'tool_calls' in message` and would take a plain answer for a call."""
+    Llama 3.x tests `'tool_calls' in message` and would take a plain answer for a call. A null
+    `content` (OpenAI clients send one beside a call) is "", as llama-server gives it: Qwen3's and
+    gpt-oss's templates test `'<think>' in content` and fail on null."""
+    if "content" in message and message["content"] is None:
+        message = {**message, "content": ""}
     calls = message.get("tool_calls")
     if "tool_calls" not in message or (calls and not isinstance(calls, list)):
         return message

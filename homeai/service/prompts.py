@@ -52,10 +52,8 @@ class Prompter:
     def __call__(self, messages: list[dict]):
         messages = thinking.history(messages, self.form)
         plan = self.plan
-        if plan is None and tools.for_template(_template_source(self.runner)).tools_in_template:
-            prompt = self._render(messages)
-        elif plan is None:
-            prompt = self._render(tools.generic_messages(messages, None))
+        if plan is None:  # no tools now, but the history may hold calls and results in any client's shape
+            prompt = self._render(tools.for_template(_template_source(self.runner)).messages(messages, None))
         else:
             prompt = self._render(plan.messages(messages), plan.template_tools())
         self.opened = thinking.opens_thought(prompt, self.form)

@@ -175,7 +175,12 @@ def test_the_templates_own_refusal_is_a_clear_error():
 
 def test_a_rendering_failure_is_a_clear_error_not_a_crash(smollm2):
     with pytest.raises(ChatRenderError, match="could not render these messages: TypeError"):
-        smollm2.render([{"role": "user", "content": None}])
+        smollm2.render([{"role": "user", "content": 5}])
+
+
+def test_a_null_content_renders_as_empty_text(smollm2):
+    """OpenAI clients send `content: null` beside a call; templates that test it as text must not fail."""
+    assert smollm2.render([{"role": "user", "content": None}]) == smollm2.render([{"role": "user", "content": ""}])
 
 
 def test_a_template_that_does_not_compile_is_named_at_compile_and_falls_back():
@@ -241,7 +246,7 @@ def test_messages_the_template_cannot_render_are_a_400(runner):
     from homeai.api.errors import ApiError
     from homeai.service.submit import off_loop
 
-    bad = [{"role": "user", "content": None}]
+    bad = [{"role": "user", "content": 5}]
     with pytest.raises(ApiError) as caught:
         asyncio.run(off_loop(lambda: runner.apply_chat_template(bad), engine=None, lane="chat",
                              prompt_param="messages"))
