@@ -230,6 +230,10 @@ class ClientsConfig:
     # person asking (Open WebUI sends it with ENABLE_FORWARD_USER_INFO_HEADERS=true): each is shared
     # fairly as a key of their own; from anyone else it is ignored. Empty: no member's header counts
     proxy_user_header: str = "X-OpenWebUI-User-Id"
+    # A short name for the served model (e.g. "home": `home`, `home:chat`, `home:summaries`), listed beside the
+    # file's name in /v1/models and /api/tags and taken as a model name (a client's model picker cuts long names);
+    # empty: none
+    model_alias: str = ""
 
 
 @dataclass(frozen=True)
@@ -474,6 +478,9 @@ def validate(cfg: Config, source: str) -> Config:
     _check(re.fullmatch(r"[A-Za-z0-9-]*", cfg.clients.proxy_user_header) is not None, source,
            "clients.proxy_user_header", f"must be a header name (letters, digits, -) or empty, "
            f"got {cfg.clients.proxy_user_header!r}")
+    _check(re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]{0,63})?", cfg.clients.model_alias) is not None, source,
+           "clients.model_alias", f"must be a name of 1-64 letters, digits, . _ - (no ':' or '/') or empty, "
+           f"got {cfg.clients.model_alias!r}")
     _validate_jobs(cfg, source)
     _validate_wyoming(cfg.wyoming, source)
     for lane, remote in cfg.remotes.items():

@@ -56,7 +56,8 @@ def version() -> dict:
 def tags(runtime: RuntimeDep, service: ServiceDep, member: CurrentMember) -> dict:
     """A plain function: the first call reads the GGUF headers, in a worker thread."""
     served = [Listed.of_card(card) for card in service.cards()]  # a 503 while the model loads
-    served += [dataclasses.replace(served[0], name=name) for name in service.lane_names(member)]
+    served += [dataclasses.replace(served[0], name=ollama_models.ollama_name(name))  # the alias as `home:latest`
+               for name in service.lane_names(member)]
     local = [Listed.of_local(model) for model in catalog.listed(_models(runtime))]
     names = {model.name for model in served}  # a hand-placed file served is listed once
     return {"models": [ollama_models.tag_entry(model) for model in served + [m for m in local if m.name not in names]]}

@@ -35,6 +35,7 @@ from homeai.engine.state import EngineState
 from homeai.api.shutdown import Admission
 from homeai.config import Config
 from homeai.engine.engine import Engine, create_engine
+from homeai.engine import usage
 from homeai.speech.base import libraries_missing, tts_libraries_missing
 from homeai.store import db
 from homeai.store.members import ensure_default_member
@@ -156,6 +157,7 @@ class Runtime:
         # The runner's own contexts bound the scheduler, whatever the config says (tests hand one in).
         engine = create_engine(dataclasses.replace(self.cfg, model=runner.cfg), runner)
         engine.on_finish.append(self.metrics.observe)
+        usage.of(engine)  # who used the box in the last hour (`/api/lanes`), counted from the start
         engine.on_death.append(self._engine_died)
         if self.recorder is not None:
             engine.on_finish.append(self.recorder.put)
@@ -219,7 +221,8 @@ class Runtime:
         """The id of the model serving `purpose` if `requested` names it (or an alias, or nothing, or the
         served file's local name, `hf.co/<org>/<repo>:<quant>`: homeai.catalog)."""
         served = self.models[purpose].id
-        if requested is None or requested in ALIASES:
+        alias = self.cfg.clients.model_alias  # `[clients] model_alias`, the household's short name
+        if requested is None or requested in ALIASES or (alias and requested == alias):
             return served
         name = requested.removesuffix(".gguf")
         if name == served or name == Path(self.models[purpose].path).name:

@@ -46,8 +46,9 @@ def check_conversation(runtime, caller, conversation_id: int | None) -> None:
 
 
 def answer_sampling(policy: LanePolicy) -> SamplingAsk:
-    """The sampling of a spoken answer: short (tests replace it to make answers long)."""
-    return SamplingAsk(max_tokens=policy.max_tokens or 160)
+    """The sampling of a spoken answer: the voice lane's cap (160 tokens unless the household set
+    another; a cut ends between words: `homeai.service.words`). Tests replace it to make answers long."""
+    return SamplingAsk()
 
 
 class Turn:

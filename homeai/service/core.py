@@ -16,13 +16,14 @@ the engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from homeai.engine.engine import Engine, RequestStream
 from homeai.engine.state import EngineState
 from homeai.sched.request import Kind
-from homeai.service import clients, names, prompts, sampling, thinking
+from homeai.service import clients, names, prompts, sampling, thinking, words
 from homeai.service.answer import Answer
 from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
 from homeai.service.errors import ServiceError, embedding_failed, model_loading, model_unavailable
@@ -95,9 +96,11 @@ class Service:
         return (found, purposes) if found is not None else None
 
     def lane_names(self, caller: Caller) -> list[str]:
-        """The served model's names that pick a lane `caller` may use (`<id>:summaries`, ...)."""
+        """The served model's names that pick a lane `caller` may use (`<id>:summaries`, ...), and its
+        short alias's (`home`, `home:summaries`, ...: `[clients] model_alias`)."""
         self.ready()
-        return names.listed(self.runtime.model_id("generate"), self.cfg.lanes, caller.lanes)
+        return names.listed(self.runtime.model_id("generate"), self.cfg.lanes, caller.lanes,
+                            alias=self.cfg.clients.model_alias)
 
     def _base(self, name: str | None) -> str | None:
         """`name` without Ollama's `:latest` or a lane's `:<lane>`."""
@@ -182,6 +185,8 @@ class Service:
         runner = engine.runner
         plan, grammar = await self._plan(runner, ask, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
+        if plan is not None and plan.stops:  # a form whose call ends at a marker it never writes past
+            params = dataclasses.replace(params, stop=params.stop + plan.stops)
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
         # a reply held to a format from its first token has no room for a thought
@@ -190,6 +195,7 @@ class Service:
         tokens = partial(prompts.chat_tokens, runner, ask.messages, prompter, docs=docs, limit=limit)
         stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param)
+        stream = words.between_words(stream, ask.sampling.max_tokens)  # the server's cut ends between words
         return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
                       citations=citations, thoughts=prompter.splitter())
 
@@ -227,6 +233,7 @@ class Service:
 
         stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param)
+        stream = words.between_words(stream, ask.sampling.max_tokens)
         # a prompt as it is (raw) is continued as written: no thoughts are split from its text
         return Answer(stream, model=model, lane=lane, with_tokens=params.logprobs is not None,
                       thoughts=prompter.splitter() if prompter is not None else None)
