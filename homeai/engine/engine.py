@@ -261,13 +261,14 @@ class Engine:
 
     def submit(self, prompt: str | ChatPrompt | Sequence[int], *, lane: str = "chat", member: str = "household",
                params: SamplingParams | None = None, kind: Kind = Kind.GENERATE,
-               loop: asyncio.AbstractEventLoop | None = None) -> RequestStream:
+               loop: asyncio.AbstractEventLoop | None = None, group: str = "") -> RequestStream:
         """Queue one request; raises InvalidRequest, PromptTooLong, QueueFull or EngineStopped.
 
         `prompt` is a rendered chat (`ChatPrompt`, or its `PromptTokens`: control tokens only where
         the template wrote them, and the public prefix no member wrote), a raw prompt's text (all
         its member's own, control tokens included, as they are in token ids), or token ids. Text to
-        embed is text: control tokens' texts in it are characters."""
+        embed is text: control tokens' texts in it are characters. `group`: the trusted proxy
+        member whose user `member` is (its users share the prompt's client prefix); "": none."""
         try:
             policy = self.scheduler.lane(lane)
         except UnknownLane as exc:  # the scheduler's check, as the engine's refusal
@@ -275,6 +276,7 @@ class Engine:
         params = params or SamplingParams(max_tokens=policy.max_tokens or 256)
         tokens = self._tokens(prompt, kind)
         public_len = min(getattr(tokens, "public_len", 0), len(tokens))
+        client_len = max(public_len, min(getattr(tokens, "client_len", 0), len(tokens))) if group else public_len
         params = self._check(tokens, params, kind, lane)
         if params.grammar is not None and params.owner != member:  # a member's grammars share a step's budget
             params = dataclasses.replace(params, owner=member)
@@ -285,6 +287,7 @@ class Engine:
                 loop = None
         request = Request(f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", lane, member, tokens,
                           self.clock(), kind=kind, params=params, public_len=public_len,
+                          group=group, client_len=client_len,
                           held=params.grammar is not None and not params.grammar.lazy)
         stream = RequestStream(request, self, loop)
         with self.lock:
@@ -314,7 +317,7 @@ class Engine:
         n_vocab = self.runner.info.n_vocab
         if any(t < 0 or t >= n_vocab for t in tokens):
             raise InvalidRequest(f"prompt token ids must be in [0, {n_vocab})", "prompt")
-        return PromptTokens(tokens, prompt.public_len) if isinstance(prompt, PromptTokens) else tokens
+        return PromptTokens(tokens, prompt.public_len, prompt.client_len) if isinstance(prompt, PromptTokens) else tokens
 
     def max_seq_len_for(self, lane: str) -> int:
         """The longest sequence (prompt and answer) a request of this lane may hold: the largest cache

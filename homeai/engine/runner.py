@@ -554,14 +554,17 @@ class Runner:
         tokens: list[int] = []
         if add_special and ll.llama_vocab_get_add_bos(self.vocab) and ll.llama_vocab_bos(self.vocab) >= 0:
             tokens.append(ll.llama_vocab_bos(self.vocab))
-        public_len = None
+        public_len = client_len = None  # where the first text a member wrote starts; and a user
         for part in prompt.parts:
-            if part.source is template.Source.MEMBER and public_len is None:
+            if public_len is None and part.source in (template.Source.CLIENT, template.Source.MEMBER):
                 public_len = len(tokens)
+            if client_len is None and part.source is template.Source.MEMBER:
+                client_len = len(tokens)
             tokens += _tokenize(self.vocab, part.text, False, part.source is template.Source.TEMPLATE)
         if add_special and ll.llama_vocab_get_add_eos(self.vocab) and ll.llama_vocab_eos(self.vocab) >= 0:
             tokens.append(ll.llama_vocab_eos(self.vocab))
-        return template.PromptTokens(tokens, len(tokens) if public_len is None else public_len)
+        return template.PromptTokens(tokens, len(tokens) if public_len is None else public_len,
+                                     len(tokens) if client_len is None else client_len)
 
     def piece(self, token: int) -> bytes:
         """A token's bytes; special tokens (end of turn, ...) render as nothing, except the reply's
@@ -581,15 +584,17 @@ class Runner:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
-                            extra: dict | None = None) -> template.ChatPrompt:
+                            extra: dict | None = None, client: bool = True) -> template.ChatPrompt:
         """Render messages (and tools) for the model, ending at the assistant's turn, with the chat
         template chosen at load (`self.chat`: the configured one, the GGUF's own, or the built-in one
         of the model's family: homeai.engine.template). The prompt is in parts by who wrote them,
         for `tokenize` (special tokens added), so it holds one BOS, not two. `extra`: further
-        variables for the template (`enable_thinking`, ...). Raises ChatRenderError for messages
-        the template refuses."""
+        variables for the template (`enable_thinking`, ...); `client`: whether the tools and leading
+        system messages are the client's (`template.Source.CLIENT`). Raises ChatRenderError for
+        messages the template refuses."""
         return self.chat.template.prompt(messages, tools, control_texts=self.control_texts, extra=extra,
-                                         tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)))
+                                         tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)),
+                                         client=client)
 
     # ---- one step --------------------------------------------------------------
 

@@ -15,11 +15,15 @@ Text is text: only the template's own markers are control tokens. `ChatTemplate.
 with every string a member wrote (message content, tool calls and results, tool definitions)
 wrapped in `Marks`, random markers that survive rendering, then splits the text on them into
 `Part`s: the template's own text (its control tokens parsed), text the server wrote (`ServerText`,
-a lane's configured prompt), and members' text, which the runner tokenizes as plain text, so a
-member's `<|im_start|>` is characters, not a turn. A control token's text inside a member's string
+a lane's configured prompt), the client's text (tool definitions, and system messages before the
+first message of another role) and members' text; the runner tokenizes the last three as plain
+text, so a member's `<|im_start|>` is characters, not a turn. A control token's text inside a member's string
 is wrapped on its own as well, so a template that slices a string (`content.split(...)`) cannot
 carry it out of its markers; text a template moved out of order is members' text. The leading
-parts no member wrote are the prompt's public prefix (`PromptTokens.public_len`).
+parts no member wrote are the prompt's public prefix (`PromptTokens.public_len`); those no user
+wrote, the client's included, its client prefix (`PromptTokens.client_len`), which only the users
+of one trusted proxy share (homeai/sched/prefix.py). The client's text is a member's for anything
+else: between members it is never shared.
 
 `choose` picks what the runner formats chats with, always a Jinja2 template: the one named by
 `model.chat_template` (a family homeai knows, or a file), else the GGUF's own, else (it has none,
@@ -165,13 +169,15 @@ class ChatTemplate:
 
 
     def prompt(self, messages: list[dict], tools: list[dict] | None = None, *, tokenizer_adds_bos: bool,
-               control_texts: Sequence[str] = (), extra: dict | None = None) -> "ChatPrompt":
+               control_texts: Sequence[str] = (), extra: dict | None = None, client: bool = True) -> "ChatPrompt":
         """The prompt for a reply, in parts: the template's own text, and the strings members wrote
         (`control_texts`: the vocabulary's control tokens, wrapped apart inside them). Templates
         often write `bos_token` first; a tokenizer that adds BOS itself would then give two, so the
         prompt leaves it out and the tokenizer puts it back (llama-server does the same). A
-        tokenizer that adds none keeps the template's."""
-        marks = Marks(control_texts, (messages, tools))
+        tokenizer that adds none keeps the template's. `client`: the tools and leading system
+        messages are the client's (`Source.CLIENT`); False: a user's (messages the server opened
+        with text a user's question chose, retrieved documents)."""
+        marks = Marks(control_texts, (messages, tools), client=client)
         text = self.render(marks.messages(messages), marks.tools(tools), add_generation_prompt=True, extra=extra)
         prompt = marks.split(text)
         first = prompt.parts[0] if prompt.parts else None
@@ -240,7 +246,13 @@ def _call_for_template(call):
 class Source(enum.Enum):
     TEMPLATE = "template"  # the chat template's own text: its control tokens are control tokens
     SERVER = "server"  # text the server wrote (a lane's configured prompt): plain text, no member's
-    MEMBER = "member"  # what a member, a client, a tool or a document wrote: plain text, that member's
+    # the client's own text before any user's (tool definitions, leading system messages): plain
+    # text, its member's; shared only among the users of one trusted proxy
+    CLIENT = "client"
+    MEMBER = "member"  # what a member, a user, a tool or a document wrote: plain text, that member's
+
+
+CLIENT_ROLES = ("system", "developer")  # the roles of the leading messages a client writes
 
 
 @dataclass(frozen=True)
@@ -261,13 +273,16 @@ class ChatPrompt:
 
 
 class PromptTokens(list):
-    """A chat prompt's tokens, and how many lead it that no member wrote (`public_len`): the only
-    part another member's request may share from the prompt cache. A copy or a slice is a plain
-    list, whose public length is 0: nothing shared."""
+    """A chat prompt's tokens, how many lead it that no member wrote (`public_len`): the only part
+    another member's request may share from the prompt cache; and how many lead it that no user
+    wrote (`client_len`, at least `public_len`: the client's tools and system text too), which
+    another user of the same trusted proxy may share. A copy or a slice is a plain list, whose
+    public length is 0: nothing shared."""
 
-    def __init__(self, tokens: Sequence[int], public_len: int):
+    def __init__(self, tokens: Sequence[int], public_len: int, client_len: int | None = None):
         super().__init__(tokens)
         self.public_len = public_len
+        self.client_len = public_len if client_len is None else max(public_len, client_len)
 
 
 # Compared or measured by templates (Mistral wants 9-character call ids), so only their control-token
@@ -286,16 +301,21 @@ class Marks:
     templates compare, get only their control-token texts wrapped.
     """
 
-    def __init__(self, control_texts: Sequence[str] = (), request: object = None):
+    def __init__(self, control_texts: Sequence[str] = (), request: object = None, client: bool = True):
         self.nonce = _nonce(repr(request))
         self.sources: list[Source] = []
         self._control = _control_pattern(tuple(control_texts))
+        self.client = Source.CLIENT if client else Source.MEMBER  # the source of the client's text
 
     def messages(self, messages: list[dict]) -> list[dict]:
-        return [self._value(_for_template(m)) for m in messages]
+        """Each message's strings wrapped: the client's up to the first message of another role
+        than `CLIENT_ROLES`, a member's from there on."""
+        lead = next((i for i, m in enumerate(messages) if m.get("role") not in CLIENT_ROLES), len(messages))
+        return [self._value(_for_template(m), source=self.client if i < lead else Source.MEMBER)
+                for i, m in enumerate(messages)]
 
     def tools(self, tools: list[dict] | None) -> list[dict] | None:
-        return self._value(tools) if tools else tools
+        return self._value(tools, source=self.client) if tools else tools
 
     def text(self, text: str, source: Source = Source.MEMBER) -> str:
         """`text` wrapped, each control-token text in it wrapped again."""
@@ -315,15 +335,15 @@ class Marks:
         self.sources.append(source)
         return f"[[{self.nonce}:{index}]]{text}[[/{self.nonce}:{index}]]"
 
-    def _value(self, value, key=None):
+    def _value(self, value, key=None, source: Source = Source.MEMBER):
         if isinstance(value, str):
             if key in _STRUCTURAL:
                 return self._controls(value)
-            return self.text(value, Source.SERVER if isinstance(value, ServerText) else Source.MEMBER)
+            return self.text(value, Source.SERVER if isinstance(value, ServerText) else source)
         if isinstance(value, dict):
-            return {self._controls(k) if isinstance(k, str) else k: self._value(v, k) for k, v in value.items()}
+            return {self._controls(k) if isinstance(k, str) else k: self._value(v, k, source) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return [self._value(v) for v in value]
+            return [self._value(v, source=source) for v in value]
         return value
 
     def split(self, text: str) -> ChatPrompt:
@@ -353,7 +373,7 @@ class Marks:
         if not open_:
             return Source.TEMPLATE
         sources = [self.sources[i] if i < len(self.sources) else Source.MEMBER for i in open_]
-        return Source.MEMBER if Source.MEMBER in sources else Source.SERVER
+        return next((s for s in (Source.MEMBER, Source.CLIENT) if s in sources), Source.SERVER)
 
 
 @functools.lru_cache(maxsize=8)

@@ -20,9 +20,18 @@ the longest prefix it shares with an entry (taking the entry over) or with a liv
 would preempt or refuse anyone: an entry never pins memory a live request needs. Cells are
 reused only by requests of the member whose request made them, beyond the leading tokens no
 member wrote (`prefix.reusable`), unless `PromptCache.shared`: entries, live sequences and
-the wait for a prefix another request is still reading all follow that rule. A prefix is reused
-only where its sequence may be resumed exactly (`prefix.Memory`: a sliding window's cells given
-away, a recurrent state that cannot be cut); where it may not, the prompt is read again.
+the wait for a prefix another request is still reading all follow that rule. The users of one
+trusted proxy also reuse each other's cells as far as their client wrote them (its preamble:
+`Request.client_len`). A prefix is reused only where its sequence may be resumed exactly
+(`prefix.Memory`: a sliding window's cells given away, a recurrent state that cannot be cut);
+where it may not, the prompt is read again.
+
+A proxy's preamble outlives its users' conversations while they come back (`_let_go`): an entry
+that eviction would drop (least recently used, or not worth its keep: `expire`) and that is the
+pool's last holder of its proxy's preamble is cut to the preamble instead, dropping only the
+user's private tail. The preamble then counts as recent as the proxy's last request in the pool
+(any user's), and its odds of reuse are the proxy's, not one user's; once no user of the proxy
+has come for long enough that it is not worth its keep either, or the room is needed, it goes.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from homeai.sched.kv import KVManager
-from homeai.sched.prefix import HEAD, Entry, Memory, PrefixCache, common_prefix, reusable
+from homeai.sched.prefix import HEAD, Entry, Memory, PrefixCache, common_prefix, reader, reusable
 from homeai.sched.request import Kind, Pool, Request
 
 
@@ -203,7 +212,7 @@ class KVPools:
         if pool in self.cache and computed >= self.min_reuse:
             kv.cache(seq_id, computed)
             self.cache[pool].add(seq_id, np.asarray(request.tokens_slice(0, computed), dtype=np.int32),
-                                 request.member, request.public_len)
+                                 request.member, request.public_len, request.group, request.client_len)
             self._op(pool, Drop(seq_id, computed))  # cells past what was computed (an aborted chunk) go
             self._cap(pool, seq_id)
         else:
@@ -226,22 +235,26 @@ class KVPools:
         entries stay; a busy one keeps what is reused soon. Unless the cache is shared, only its
         member reuses an entry, and a member goes on with one conversation at a time: their
         entries share the odds (a flood's many leave soon, not slowing everyone's steps for long).
-        (`b_over_c`: 1000·b/c.)"""
+        A proxy's preamble is reused by any of its users: an entry holding only that is the
+        proxy's, and its odds are shared among the proxy's such entries (`prefix.reader`); a stale
+        entry that last holds one is cut to it while that is still worth its keep, counted from
+        the proxy's last request in the pool (`_let_go`). (`b_over_c`: 1000·b/c.)"""
         for pool, cache in self.cache.items():
             if not cache.entries:
                 continue
-            held = cache.members()
+            held = cache.readers()
             odds = {m: self.settings.reuse_odds / (1 if self.settings.shared else n) for m, n in held.items()}
             stale = [e for e in cache.entries.values()  # computed beside for more than they would save
-                     if cache.work - e.work_at_use > odds[e.member] * (b_over_c + len(e.tokens) / 2)]
+                     if cache.work - e.work_at_use > odds[reader(e)] * (b_over_c + len(e.tokens) / 2)]
             for entry in stale:
-                self._evict(pool, entry)
+                group_odds = self.settings.reuse_odds / (held[("group", entry.group)] + 1)
+                self._let_go(pool, entry, lambda work, length: cache.work - work <= group_odds * (b_over_c + length / 2))
 
     def drop_cached(self) -> None:
         """Evict every cached prefix (llama.cpp found no KV slot: whatever it holds, it gives back)."""
-        for pool in self.cache:
-            while self._evict_oldest(pool):
-                pass
+        for pool, cache in self.cache.items():
+            for entry in list(cache.entries.values()):
+                self._evict(pool, entry)
 
     def take_ops(self) -> dict[Pool, list[Drop | Copy]]:
         """The cache operations since the last call, per pool, in the order they must run."""
@@ -267,7 +280,9 @@ class KVPools:
         limit = request.num_tokens - 1  # the last token is computed again: its logits are sampled
         resumable = None if self.memory.cut_anywhere else (lambda seq_id, n: self._resumable(pool, seq_id, n))
         entry, n_entry = cache.best(tokens, request.member, request.public_len, self.settings.shared,
-                                    limit=limit, resumable=resumable)
+                                    limit=limit, resumable=resumable, group=request.group,
+                                    client_len=request.client_len)
+        cache.seen(request.group)
         live, n_live = self._best_live(request, pool, tokens, limit)
         reused = max(n_entry, n_live)
         if reused < self.min_reuse:
@@ -292,8 +307,9 @@ class KVPools:
         request.num_computed_tokens = reused
 
     def _take_over(self, request: Request, entry: Entry, n_entry: int) -> bool:
-        """An entry mostly reused becomes the request's sequence; another member's only when the
-        request reuses all of it (else its owner's next turn would lose its private tail)."""
+        """An entry mostly reused becomes the request's sequence; another member's (another user's
+        of the same proxy too) only when the request reuses all of it (else its owner's next turn
+        would lose its private tail): a preamble alone, say, which the taker's own entry then holds."""
         if self.settings.shared or entry.member == request.member:
             return 2 * n_entry >= len(entry.tokens)
         return n_entry >= len(entry.tokens)
@@ -301,7 +317,9 @@ class KVPools:
     def _reusable(self, request: Request, maker: Request | Entry, n: int) -> int:
         """How much of an `n`-token match with `maker`'s cells `request` may reuse."""
         return reusable(n, same_member=self.settings.shared or maker.member == request.member,
-                        maker_public=maker.public_len, public_len=request.public_len)
+                        maker_public=maker.public_len, public_len=request.public_len,
+                        same_group=bool(request.group) and maker.group == request.group,
+                        maker_client=maker.client_len, client_len=request.client_len)
 
     def shares_a_prefix_being_read(self, request: Request, reading: list[Request] | None = None) -> bool:
         """A running sequence of the request's pool is still reading a prefix (at least `min_reuse`
@@ -358,11 +376,45 @@ class KVPools:
                 return
 
     def _evict_oldest(self, pool: Pool, keep: int | None = None) -> bool:
+        """Let the least recently used entry go (`_let_go`): cells were freed."""
         entry = self.cache[pool].oldest(keep) if pool in self.cache else None
         if entry is None:
             return False
-        self._evict(pool, entry)
+        self._let_go(pool, entry)
         return True
+
+    def _let_go(self, pool: Pool, entry: Entry, worth: Callable[[int, int], bool] | None = None) -> None:
+        """Evict an entry, or, when it is the pool's last holder of its proxy's preamble and holds
+        more, cut it to the preamble: recent as the proxy's last request in the pool, the proxy's
+        to reuse. `worth(work, length)`: whether a preamble of `length` cells last used at `work`
+        is worth keeping (`expire`'s rule; None: it is, recency decides)."""
+        cache = self.cache[pool]
+        keep = entry.client_len
+        if (not entry.group or entry.preamble_only or keep <= entry.public_len or keep < self.min_reuse
+                or not self._resumable(pool, entry.seq_id, keep) or self._holds_preamble(pool, entry)):
+            self._evict(pool, entry)
+            return
+        use, work = max((entry.last_use, entry.work_at_use), cache.group_use.get(entry.group, (0, 0)))
+        if worth is not None and not worth(work, keep):
+            self._evict(pool, entry)
+            return
+        self.kv[pool].trim(entry.seq_id, keep)
+        cache.trim(entry.seq_id, keep)
+        entry.last_use, entry.work_at_use = use, work
+        self._op(pool, Drop(entry.seq_id, keep))
+
+    def _holds_preamble(self, pool: Pool, entry: Entry) -> bool:
+        """Another entry or a running sequence of the pool holds `entry`'s proxy preamble."""
+        keep, head = entry.client_len, entry.tokens[:entry.client_len]
+        for other in self.cache[pool].entries.values():
+            if (other is not entry and other.group == entry.group and len(other.tokens) >= keep
+                    and common_prefix(other.tokens, head) >= keep):
+                return True
+        for r in self.running:
+            if (r.pool is pool and r.group == entry.group and r.num_computed_tokens >= keep
+                    and common_prefix(_prompt_array(r), head) >= keep):
+                return True
+        return False
 
     def _evict(self, pool: Pool, entry: Entry) -> None:
         self.cache[pool].remove(entry.seq_id)

@@ -14,6 +14,15 @@ otherwise one member could tell, from `cached_tokens` or the time to a first tok
 another member sent. `PromptCache.shared` (the config's `scheduler.prompt_cache_shared`)
 lifts the rule: every member then reuses every member's prefixes.
 
+One level lies between (issue 54): the users of a trusted proxy member (Open WebUI naming each
+person; their keys `owui/<user>`) are members here, each with its own cells, and their requests
+carry the proxy (`group`, set by the server from the member's proxy flag, never parsed from a
+key) and how many leading tokens the client wrote before any user did (`client_len` >=
+`public_len`: its tool definitions and system text before the first user message). Two users of
+one proxy reuse each other's cells up to the shorter `client_len`: the client's preamble (Open
+WebUI's 36 tools, 6.6k tokens) is read once for all of them, and from the first token a user
+wrote on, the cache stays that user's. Between different members it stays `public_len`.
+
 Where a sequence may be resumed (`Memory`, `resumable`): a cell's keys and values are exact for
 every later token only while the cells before it that the token attends to are still there.
 With plain attention llama.cpp keeps every cell a sequence was given, so any prefix may be cut
@@ -86,16 +95,28 @@ class Entry:
     work_at_use: int = 0  # the pool's tokens computed, then
     member: str = ""  # whose request made it
     public_len: int = 0  # its leading tokens no member wrote: the part other members may reuse
+    group: str = ""  # the trusted proxy its request came through ("": none)
+    client_len: int = 0  # its leading tokens no user wrote: the part the group's other users may reuse
+
+    @property
+    def preamble_only(self) -> bool:
+        """It holds text its proxy's client wrote and nothing a user did (`KVPools` cuts to that)."""
+        return bool(self.group) and self.public_len < self.client_len and len(self.tokens) <= self.client_len
 
     @property
     def head(self) -> tuple[int, ...]:
         return tuple(self.tokens[:HEAD].tolist())
 
 
-def reusable(n: int, *, same_member: bool, maker_public: int, public_len: int) -> int:
+def reusable(n: int, *, same_member: bool, maker_public: int, public_len: int, same_group: bool = False,
+             maker_client: int = 0, client_len: int = 0) -> int:
     """How much of an `n`-token match with cells another request made a request may reuse: all
-    of it when one member made both, else only the leading tokens public to both."""
-    return n if same_member else min(n, maker_public, public_len)
+    of it when one member made both; when two users of one proxy did (`same_group`), the leading
+    tokens their client wrote for both; else only the leading tokens public to both."""
+    public = min(maker_public, public_len)
+    if same_member:
+        return n
+    return min(n, max(min(maker_client, client_len), public) if same_group else public)
 
 
 def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -113,9 +134,11 @@ class PrefixCache:
     def __init__(self) -> None:
         self.entries: dict[int, Entry] = {}
         self._heads: dict[int, tuple[int, ...]] = {}
-        self._members: Counter[str] | None = None  # `members()`, until an entry comes or goes
+        self._readers: Counter | None = None  # `readers()`, until an entry comes or goes
         self._clock = itertools.count()
         self.work = 0  # tokens computed in this pool so far: what an entry's keep is paid in
+        # Per proxy, when one of its users' requests last came into or left this pool: (clock, work)
+        self.group_use: dict[str, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -124,25 +147,43 @@ class PrefixCache:
     def num_cells(self) -> int:
         return sum(len(e.tokens) for e in self.entries.values())
 
-    def add(self, seq_id: int, tokens: np.ndarray, member: str, public_len: int) -> None:
-        entry = Entry(seq_id, tokens, next(self._clock), self.work, member, min(public_len, len(tokens)))
+    def add(self, seq_id: int, tokens: np.ndarray, member: str, public_len: int, group: str = "",
+            client_len: int = 0) -> None:
+        public_len = min(public_len, len(tokens))
+        entry = Entry(seq_id, tokens, next(self._clock), self.work, member, public_len, group,
+                      max(public_len, min(client_len, len(tokens))) if group else public_len)
         self.entries[seq_id] = entry
         self._heads[seq_id] = entry.head
-        self._members = None
+        self._readers = None
+        self.seen(group)
+
+    def seen(self, group: str) -> None:
+        """A request of `group`'s users came in or left: an entry holding only its preamble is as
+        recent as that (`KVPools._let_go`)."""
+        if not group:
+            return
+        use = self.group_use[group] = next(self._clock), self.work
+        for entry in self.entries.values():
+            if entry.group == group and entry.preamble_only:
+                entry.last_use, entry.work_at_use = use
 
     def best(self, tokens: np.ndarray, member: str, public_len: int, shared: bool, *, limit: int | None = None,
-             resumable: Callable[[int, int], bool] | None = None) -> tuple[Entry | None, int]:
+             resumable: Callable[[int, int], bool] | None = None, group: str = "",
+             client_len: int = 0) -> tuple[Entry | None, int]:
         """The entry whose reusable prefix with `tokens` (a prompt of `member`, its first
-        `public_len` tokens public) is longest, at most `limit`, and how long; `shared`: any
-        member's, whole. `resumable(seq_id, n)`: whether an entry's cells may be resumed at `n`
-        (a sliding window's or a recurrent state's, `Memory`); one that may not is passed over."""
+        `public_len` tokens public, its first `client_len` its proxy `group`'s) is longest, at most
+        `limit`, and how long; `shared`: any member's, whole. `resumable(seq_id, n)`: whether an
+        entry's cells may be resumed at `n` (a sliding window's or a recurrent state's, `Memory`);
+        one that may not is passed over."""
         head = tuple(tokens[:HEAD].tolist())
         best, length = None, 0
         for seq_id, entry in self.entries.items():
             if self._heads[seq_id] != head:  # they share fewer than HEAD tokens: not worth reusing
                 continue
             n = reusable(common_prefix(entry.tokens, tokens), same_member=shared or entry.member == member,
-                         maker_public=entry.public_len, public_len=public_len)
+                         maker_public=entry.public_len, public_len=public_len,
+                         same_group=bool(group) and entry.group == group, maker_client=entry.client_len,
+                         client_len=client_len)
             n = n if limit is None else min(n, limit)
             if n < length or (n == length and (best is None or entry.last_use <= best.last_use)):
                 continue
@@ -153,25 +194,33 @@ class PrefixCache:
     def touch(self, entry: Entry) -> None:
         entry.last_use, entry.work_at_use = next(self._clock), self.work
 
-    def members(self) -> Counter[str]:
-        """Entries per member whose request made them (asked each step: counted again only when
-        an entry comes or goes)."""
-        if self._members is None:
-            self._members = Counter(e.member for e in self.entries.values())
-        return self._members
+    def readers(self) -> Counter:
+        """Entries per reader who may use them again (`reader`; asked each step: counted again
+        only when an entry comes or goes)."""
+        if self._readers is None:
+            self._readers = Counter(reader(e) for e in self.entries.values())
+        return self._readers
 
     def remove(self, seq_id: int) -> Entry:
         self._heads.pop(seq_id)
-        self._members = None
+        self._readers = None
         return self.entries.pop(seq_id)
 
     def trim(self, seq_id: int, num_cells: int) -> None:
         entry = self.entries[seq_id]
         entry.tokens = entry.tokens[:num_cells]
         entry.public_len = min(entry.public_len, num_cells)
+        entry.client_len = min(entry.client_len, num_cells)
         self._heads[seq_id] = entry.head
+        self._readers = None
 
     def oldest(self, keep: int | None = None) -> Entry | None:
         """The least recently used entry (other than `keep`)."""
         others = [e for e in self.entries.values() if e.seq_id != keep]
         return min(others, key=lambda e: e.last_use) if others else None
+
+
+def reader(entry: Entry) -> str | tuple[str, str]:
+    """Who reuses an entry: the member whose request made it, or for an entry holding only its
+    proxy's preamble, any of that proxy's users: the group (a tuple, no member's name)."""
+    return ("group", entry.group) if entry.preamble_only else entry.member

@@ -127,6 +127,12 @@ class Request:
     # configured prompt): the only part of a prompt another member's request may reuse from the
     # prompt cache. The rest is reused only by requests of the same member.
     public_len: int = 0
+    # The trusted proxy member it came through ("": none; set by the server from the member's proxy
+    # flag, never read from a key), and its leading prompt tokens no user wrote (>= public_len: the
+    # client's tool definitions and system text before the first user message): the part the proxy's
+    # other users' requests may reuse from the prompt cache (`prefix.reusable`).
+    group: str = ""
+    client_len: int = 0
     # Its output is held to a grammar (a tool call once it opens, structured output): its client
     # takes it whole, not a token at a time, so it decodes as fast as steps allow, not at reading pace.
     held: bool = False

@@ -191,10 +191,11 @@ class Service:
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
         # a reply held to a format from its first token has no room for a thought
         think = thinking.held(ask.think) if grammar is not None and plan is None else ask.think
-        prompter = prompts.Prompter(runner, plan, think)
+        # documents chosen by a user's question open the prompt: none of it is the client's own
+        prompter = prompts.Prompter(runner, plan, think, client=not docs)
         tokens = partial(prompts.chat_tokens, runner, ask.messages, prompter, docs=docs, limit=limit)
         stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
-                              prompt_param=ask.prompt_param)
+                              prompt_param=ask.prompt_param, group=caller.group)
         stream = words.between_words(stream, ask.sampling.max_tokens)  # the server's cut ends between words
         return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
                       citations=citations, thoughts=prompter.splitter())
@@ -232,7 +233,7 @@ class Service:
             return prompter([*system, {"role": "user", "content": ask.prompt}])
 
         stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,
-                              prompt_param=ask.prompt_param)
+                              prompt_param=ask.prompt_param, group=caller.group)
         stream = words.between_words(stream, ask.sampling.max_tokens)
         # a prompt as it is (raw) is continued as written: no thoughts are split from its text
         return Answer(stream, model=model, lane=lane, with_tokens=params.logprobs is not None,

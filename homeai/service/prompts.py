@@ -41,10 +41,11 @@ class Prompter:
     template that renders tools gets the plan's tools and the history as it is; one that knows none
     gets the tools in the system prompt, and earlier calls and results as text (with or without
     tools in this request).
-    `opened`: whether the last prompt rendered left a thought open, so the reply starts in it."""
+    `opened`: whether the last prompt rendered left a thought open, so the reply starts in it.
+    `client`: whether its tools and leading system messages are the client's (`Source.CLIENT`)."""
 
-    def __init__(self, runner, plan: tools.ToolPlan | None, think: ThinkAsk | None = None):
-        self.runner, self.plan, self.think = runner, plan, think or ThinkAsk()
+    def __init__(self, runner, plan: tools.ToolPlan | None, think: ThinkAsk | None = None, client: bool = True):
+        self.runner, self.plan, self.think, self.client = runner, plan, think or ThinkAsk(), client
         self.form = thinking.form_of(runner.chat.template)
         self.extra = thinking.variables(self.form, self.think) or None
         self.opened = False
@@ -60,7 +61,7 @@ class Prompter:
         return prompt
 
     def _render(self, messages: list[dict], tool_list: list | None = None):
-        prompt = self.runner.apply_chat_template(messages, tool_list, extra=self.extra)
+        prompt = self.runner.apply_chat_template(messages, tool_list, extra=self.extra, client=self.client)
         return thinking.closed(prompt, self.form, self.think)
 
     def splitter(self) -> thinking.Splitter | None:

@@ -32,6 +32,12 @@ class Caller:
         """Who the engine shares fairly by: the member, or a proxy's user within it."""
         return self.name if self.user is None else f"{self.name}/{self.user}"
 
+    @property
+    def group(self) -> str:
+        """The trusted proxy whose users share its client's prompt prefix (`Request.group`): this
+        member when it is one (from its proxy flag, never from a key's shape), else ""."""
+        return self.name if self.proxy else ""
+
 
 def lane_for(runtime, caller: Caller, name: str | None, default: str) -> tuple[str, LanePolicy]:
     """The lane a request asked for (`name`, else `default`) and its policy: a 400 when there is no

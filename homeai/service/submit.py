@@ -24,11 +24,12 @@ REFUSALS = (InvalidRequest, ChatRenderError, QueueFull, EngineStopped)
 
 
 async def submit(engine: Engine, prompt: Callable[[], str | list[int]], *, lane: str, member: str,
-                 params: SamplingParams, prompt_param: str) -> RequestStream:
-    """Queue `prompt()` (built in the worker thread) on `lane` for `member`."""
+                 params: SamplingParams, prompt_param: str, group: str = "") -> RequestStream:
+    """Queue `prompt()` (built in the worker thread) on `lane` for `member` (a user of the proxy
+    `group`, if any: `Caller.group`)."""
     loop = asyncio.get_running_loop()
     return await off_loop(
-        lambda: engine.submit(prompt(), lane=lane, member=member, params=params, loop=loop),
+        lambda: engine.submit(prompt(), lane=lane, member=member, params=params, loop=loop, group=group),
         engine=engine, lane=lane, prompt_param=prompt_param)
 
 
