@@ -81,13 +81,14 @@ def http(server):
         yield client
 
 
-def add_token(cfg, name: str, *, admin: bool = False, lanes=ALL_LANES) -> str:
+def add_token(cfg, name: str, *, admin: bool = False, lanes=ALL_LANES, proxy: bool = False) -> str:
     """A new member's bearer token, written straight into the server's store. The member may use
-    every lane unless `lanes` says otherwise (None: a new member's defaults, which leave voice out)."""
+    every lane unless `lanes` says otherwise (None: a new member's defaults, which leave voice out);
+    `proxy`: a trusted proxy (`homeai members add --proxy`)."""
     engine = make_engine(cfg.database_url)
     try:
         with make_sessionmaker(engine)() as session:
-            return add_member(session, name=name, admin=admin, lanes=None if admin else lanes)[1]
+            return add_member(session, name=name, admin=admin, lanes=None if admin else lanes, proxy=proxy)[1]
     finally:
         engine.dispose()
 

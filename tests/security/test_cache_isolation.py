@@ -11,6 +11,10 @@ only bob's cells could tell them apart (with `prompt_cache_shared`, the right gu
 bob's whole sentence from the cache). What a request reads (prompt tokens less cached) stands
 in for its time to first token, which tests do not time.
 
+Behind a trusted proxy (issue 54) the same probe runs user against user: Open WebUI's people, each
+named in `X-OpenWebUI-User-Id`, share the client's system text from each other's cells, and never
+any of another user's message; a member who is not the proxy gets none of it.
+
 Run: .venv/bin/python -m pytest tests/security/test_cache_isolation.py
 """
 
@@ -55,7 +59,8 @@ def server(cfg, runner):
 
 @pytest.fixture(scope="module")
 def tokens(cfg, server) -> dict[str, str]:
-    return {name: add_token(cfg, name, admin=name == "root") for name in ("alice", "bob", "root")}
+    made = {name: add_token(cfg, name, admin=name == "root") for name in ("alice", "bob", "root")}
+    return {**made, "owui": add_token(cfg, "owui", proxy=True)}
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +178,54 @@ def test_metrics_give_token_counts_to_an_admin_only(server, tokens):
     assert counted <= admin
     assert not counted & member and not any(name.startswith("homeai_prompt_cache") for name in member)
     assert {"homeai_requests", "homeai_ttft_seconds", "homeai_queue_depth", "homeai_model_loaded"} <= member
+
+
+# ---- user against user, behind a trusted proxy (issue 54) -------------------------------------------
+
+USER_HEADER = "X-OpenWebUI-User-Id"
+# The client's own system text (Open WebUI's, or a model's that its admin set): its users share it
+CLIENT_SYSTEM = ("You are a helpful assistant for the Martin household. Answer in short, plain sentences, "
+                 "and say so when you do not know something.")
+
+
+@pytest.fixture(scope="module")
+def proxy_users(server, tokens):
+    made = {user: openai.OpenAI(base_url=f"{server.url}/v1", api_key=tokens["owui"], timeout=TIMEOUT, max_retries=0,
+                                default_headers={USER_HEADER: user}) for user in ("ana", "ben")}
+    yield made
+    for client in made.values():
+        client.close()
+
+
+def client_chat(n: int, pin: str) -> list[dict]:
+    return [{"role": "system", "content": CLIENT_SYSTEM}, {"role": "user", "content": SENTENCE.format(n=n, pin=pin)}]
+
+
+def say_through(client: openai.OpenAI, n: int, pin: str):
+    return client.chat.completions.create(model="homeai", max_tokens=1, temperature=0, messages=client_chat(n, pin)).usage
+
+
+@pytest.mark.model
+def test_a_proxys_users_share_its_system_text_and_none_of_each_others_messages(proxy_users, clients, runner):
+    prompt = runner.tokenize(runner.apply_chat_template(client_chat(0, "1234")))
+    client_len = prompt.client_len
+    assert prompt.public_len < 16 <= client_len < len(prompt) - 20  # the system text is the client's, not public
+    rng = random.Random(54)
+    for n in range(1000, 1000 + TRIALS):
+        secret, wrong, warm = pins(rng)
+        say_through(proxy_users["ana"], n, secret)
+        first = say_through(proxy_users["ben"], n, warm)
+        if n == 1000:  # ben's first chat: the client's text from ana's cells, nothing of hers after it
+            assert first.prompt_tokens_details.cached_tokens == client_len, (first, client_len)
+        guesses = [("right", secret), ("wrong", wrong)]
+        if n % 2:
+            guesses.reverse()
+        usage = {name: say_through(proxy_users["ben"], n, pin) for name, pin in guesses}
+        right, wrong_ = usage["right"], usage["wrong"]
+        assert right.prompt_tokens == wrong_.prompt_tokens, "a PIN of as many tokens"
+        assert right.prompt_tokens_details.cached_tokens == wrong_.prompt_tokens_details.cached_tokens, (n, usage)
+        assert client_len <= right.prompt_tokens_details.cached_tokens < right.prompt_tokens - 5, "ben's own, up to the PIN"
+    # a member who is not the proxy sends ana's very chat: only what no member wrote, under the shortest reuse
+    outsider = clients["bob"].chat.completions.create(model="homeai", max_tokens=1, temperature=0,
+                                                      messages=client_chat(1000 + TRIALS - 1, secret)).usage
+    assert outsider.prompt_tokens_details.cached_tokens == 0, outsider
