@@ -230,6 +230,12 @@ class ClientsConfig:
     # person asking (Open WebUI sends it with ENABLE_FORWARD_USER_INFO_HEADERS=true): each is shared
     # fairly as a key of their own; from anyone else it is ignored. Empty: no member's header counts
     proxy_user_header: str = "X-OpenWebUI-User-Id"
+    # A proxy's users share the client's preamble from the prompt cache: its tool definitions, and with
+    # this on its system messages before the first user message too. Off: a prompt that opens with a
+    # system message shares none of it, since Open WebUI lets each user write one (their System Prompt,
+    # their Memory) that another user could read back through `cached_tokens`. On: only when that text
+    # is the client's own (its admin's model prompt), never a user's
+    proxy_system_text_shared: bool = False
     # A short name for the served model (e.g. "home": `home`, `home:chat`, `home:summaries`), listed beside the
     # file's name in /v1/models and /api/tags and taken as a model name (a client's model picker cuts long names);
     # empty: none

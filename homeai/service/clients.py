@@ -22,6 +22,12 @@ such user is then a fair-share key of their own, `<member>/<user>` (`as_user`), 
 member's lanes and limits. From anyone else the header is ignored. A proxy's value that is not an
 id (1-64 letters, digits and `._@+-`) is a 400 naming the header, never echoing the value:
 merging the users silently would hide a misconfigured proxy.
+
+A proxy's users share what the client wrote before any of them did (issue 54: Open WebUI's 36
+tools, 6.6k tokens, read once for all of them; `homeai.sched.prefix`). What counts as the client's
+is decided here (`client_preamble`): the tool definitions; its system messages before the first
+user message only with `[clients] proxy_system_text_shared` (Open WebUI puts a user's own System
+Prompt and Memory there); nothing when household documents a user's question chose open the prompt.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from homeai.engine.template import CLIENT_ROLES
 from homeai.service.errors import ServiceError
 from homeai.service.rights import Caller, allow_lane
 
@@ -58,6 +65,15 @@ def as_user(caller: Caller, header: str, value: str | None) -> Caller:
                                 f"or . _ @ + - (this member is a proxy: it names who is asking)",
                            code="invalid_proxy_user", param=header)
     return replace(caller, user=value)
+
+
+def client_preamble(cfg, messages: list[dict], *, documents: bool = False) -> bool:
+    """Whether the prompt's tools and leading system messages count as the client's own text (shared
+    by a trusted proxy's users: `template.Source.CLIENT`): not when `documents` open it, nor when a
+    system message opens it unless `[clients] proxy_system_text_shared` says the client wrote it."""
+    if documents:
+        return False
+    return cfg.clients.proxy_system_text_shared or not (messages and messages[0].get("role") in CLIENT_ROLES)
 
 
 def task_lane(cfg, caller: Caller, lane: str, messages: list[dict]) -> str:

@@ -191,8 +191,8 @@ class Service:
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
         # a reply held to a format from its first token has no room for a thought
         think = thinking.held(ask.think) if grammar is not None and plan is None else ask.think
-        # documents chosen by a user's question open the prompt: none of it is the client's own
-        prompter = prompts.Prompter(runner, plan, think, client=not docs)
+        prompter = prompts.Prompter(runner, plan, think,
+                                    client=clients.client_preamble(self.cfg, ask.messages, documents=bool(docs)))
         tokens = partial(prompts.chat_tokens, runner, ask.messages, prompter, docs=docs, limit=limit)
         stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param, group=caller.group)
@@ -224,12 +224,13 @@ class Service:
         grammar = await self._grammar(runner, None, ask.structured, ask.structured_kind, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
         think = thinking.held(ask.think) if grammar is not None else ask.think
-        prompter = prompts.Prompter(runner, None, think) if ask.template else None
+        system = [{"role": "system", "content": ask.system}] if ask.system else []
+        client = clients.client_preamble(self.cfg, system)
+        prompter = prompts.Prompter(runner, None, think, client=client) if ask.template else None
 
         def prompt():
             if prompter is None:
                 return ask.prompt
-            system = [{"role": "system", "content": ask.system}] if ask.system else []
             return prompter([*system, {"role": "user", "content": ask.prompt}])
 
         stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,

@@ -12,8 +12,8 @@ bob's whole sentence from the cache). What a request reads (prompt tokens less c
 in for its time to first token, which tests do not time.
 
 Behind a trusted proxy (issue 54) the same probe runs user against user: Open WebUI's people, each
-named in `X-OpenWebUI-User-Id`, share the client's system text from each other's cells, and never
-any of another user's message; a member who is not the proxy gets none of it.
+named in `X-OpenWebUI-User-Id`, share the client's tools from each other's cells, and never any of
+another user's message; a member who is not the proxy gets none of it.
 
 Run: .venv/bin/python -m pytest tests/security/test_cache_isolation.py
 """
@@ -32,6 +32,7 @@ from homeai.api.lanes import COARSE_CELLS
 from homeai.config import from_dict
 from homeai.engine.engine import scheduler_limits
 from homeai.sched.scheduler import Scheduler
+from homeai.service import prompts
 from lanes import DEFAULT_POLICIES
 from tests.api.conftest import TIMEOUT, add_token, api_config, serve
 
@@ -183,9 +184,12 @@ def test_metrics_give_token_counts_to_an_admin_only(server, tokens):
 # ---- user against user, behind a trusted proxy (issue 54) -------------------------------------------
 
 USER_HEADER = "X-OpenWebUI-User-Id"
-# The client's own system text (Open WebUI's, or a model's that its admin set): its users share it
-CLIENT_SYSTEM = ("You are a helpful assistant for the Martin household. Answer in short, plain sentences, "
-                 "and say so when you do not know something.")
+# The client's own tools, sent with every message as Open WebUI sends its 36: its users share them
+TOOLS = [{"type": "function", "function": {
+    "name": name, "description": description,
+    "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "What to look for."}}}}}
+    for name, description in (("search_notes", "Search the household's shared notes."),
+                              ("get_current_timestamp", "The date and time now, to the second."))]
 
 
 @pytest.fixture(scope="module")
@@ -198,34 +202,42 @@ def proxy_users(server, tokens):
 
 
 def client_chat(n: int, pin: str) -> list[dict]:
-    return [{"role": "system", "content": CLIENT_SYSTEM}, {"role": "user", "content": SENTENCE.format(n=n, pin=pin)}]
+    return [{"role": "user", "content": SENTENCE.format(n=n, pin=pin)}]
 
 
-def say_through(client: openai.OpenAI, n: int, pin: str):
-    return client.chat.completions.create(model="homeai", max_tokens=1, temperature=0, messages=client_chat(n, pin)).usage
+def say_with_tools(client: openai.OpenAI, n: int, pin: str):
+    return client.chat.completions.create(model="homeai", max_tokens=1, temperature=0, messages=client_chat(n, pin),
+                                          tools=TOOLS).usage
+
+
+def client_prefix(runner) -> tuple[int, int]:
+    """The public and client prefixes of such a chat, as the service renders it (SmolLM2 knows no
+    tools: they go in a system prompt, the client's text)."""
+    plan = prompts.tool_plan(runner, TOOLS, None)
+    prompt = runner.tokenize(prompts.Prompter(runner, plan)(client_chat(0, "1234")))
+    return prompt.public_len, prompt.client_len
 
 
 @pytest.mark.model
-def test_a_proxys_users_share_its_system_text_and_none_of_each_others_messages(proxy_users, clients, runner):
-    prompt = runner.tokenize(runner.apply_chat_template(client_chat(0, "1234")))
-    client_len = prompt.client_len
-    assert prompt.public_len < 16 <= client_len < len(prompt) - 20  # the system text is the client's, not public
+def test_a_proxys_users_share_its_tools_and_none_of_each_others_messages(proxy_users, clients, runner):
+    public_len, client_len = client_prefix(runner)
+    assert public_len < 16 <= client_len  # the tools are the client's, not public
     rng = random.Random(54)
     for n in range(1000, 1000 + TRIALS):
         secret, wrong, warm = pins(rng)
-        say_through(proxy_users["ana"], n, secret)
-        first = say_through(proxy_users["ben"], n, warm)
-        if n == 1000:  # ben's first chat: the client's text from ana's cells, nothing of hers after it
+        say_with_tools(proxy_users["ana"], n, secret)
+        first = say_with_tools(proxy_users["ben"], n, warm)
+        if n == 1000:  # ben's first chat: the client's tools from ana's cells, nothing of hers after them
             assert first.prompt_tokens_details.cached_tokens == client_len, (first, client_len)
         guesses = [("right", secret), ("wrong", wrong)]
         if n % 2:
             guesses.reverse()
-        usage = {name: say_through(proxy_users["ben"], n, pin) for name, pin in guesses}
+        usage = {name: say_with_tools(proxy_users["ben"], n, pin) for name, pin in guesses}
         right, wrong_ = usage["right"], usage["wrong"]
         assert right.prompt_tokens == wrong_.prompt_tokens, "a PIN of as many tokens"
         assert right.prompt_tokens_details.cached_tokens == wrong_.prompt_tokens_details.cached_tokens, (n, usage)
         assert client_len <= right.prompt_tokens_details.cached_tokens < right.prompt_tokens - 5, "ben's own, up to the PIN"
     # a member who is not the proxy sends ana's very chat: only what no member wrote, under the shortest reuse
-    outsider = clients["bob"].chat.completions.create(model="homeai", max_tokens=1, temperature=0,
+    outsider = clients["bob"].chat.completions.create(model="homeai", max_tokens=1, temperature=0, tools=TOOLS,
                                                       messages=client_chat(1000 + TRIALS - 1, secret)).usage
     assert outsider.prompt_tokens_details.cached_tokens == 0, outsider

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from homeai.service.clients import TASKS, is_background_task, task_lane, task_of
+from homeai.service.clients import TASKS, client_preamble, is_background_task, task_lane, task_of
 from homeai.service.rights import Caller
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "open_webui"
@@ -85,3 +85,29 @@ def test_the_task_rule_honours_the_setting_and_the_members_lanes():
     assert task_lane(cfg(), ONLY_CHAT, "chat", task) == "chat"  # a lane the member may not use
     assert task_lane(cfg(), OWUI, "voice", task) == "voice"  # only the chat lane's requests move
     assert task_lane(cfg(), OWUI, "summaries", messages("openai_chat.json")) == "summaries"  # asked there by name
+
+
+# ---- what a proxy's users share: the client's preamble ------------------------------------------------
+
+
+def sharing(system_text: bool):
+    return SimpleNamespace(clients=SimpleNamespace(proxy_system_text_shared=system_text))
+
+
+@pytest.mark.parametrize("name", ["ollama_chat.json", "openai_chat.json"])
+def test_open_webuis_default_chat_has_a_client_preamble_its_tools(name):
+    assert client_preamble(sharing(False), messages(name))  # no system message: its 36 tools lead the prompt
+
+
+def test_a_leading_system_message_is_the_clients_only_when_the_config_says_so():
+    """Open WebUI puts a user's own System Prompt and Memory in the system message: shared, another user
+    could read them back through cached_tokens, so by default such a prompt has no client part."""
+    chat = [{"role": "system", "content": "Ana's notes: the safe code is 4831."}, {"role": "user", "content": "Hi"}]
+    assert not client_preamble(sharing(False), chat)
+    assert client_preamble(sharing(True), chat)
+    later = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "Later."}]
+    assert client_preamble(sharing(False), later)  # (a system message after a user's turn is that user's anyway)
+
+
+def test_documents_a_question_chose_make_no_preamble():
+    assert not client_preamble(sharing(True), [{"role": "user", "content": "Hi"}], documents=True)
