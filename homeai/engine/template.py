@@ -16,9 +16,10 @@ with every string a member wrote (message content, tool calls and results, tool 
 wrapped in `Marks`, random markers that survive rendering, then splits the text on them into
 `Part`s: the template's own text (its control tokens parsed), text the server wrote (`ServerText`,
 a lane's configured prompt), the client's text (tool definitions, and system messages before the
-first message of another role) and members' text; the runner tokenizes the last three as plain
-text, so a member's `<|im_start|>` is characters, not a turn. A control token's text inside a member's string
-is wrapped on its own as well, so a template that slices a string (`content.split(...)`) cannot
+first message of another role, unless the caller says they are not: `prompt`'s `client`) and
+members' text; the runner tokenizes the last three as plain text, so a member's `<|im_start|>` is
+characters, not a turn. A control token's text inside a member's string is wrapped on its own as
+well, so a template that slices a string (`content.split(...)`) cannot
 carry it out of its markers; text a template moved out of order is members' text. The leading
 parts no member wrote are the prompt's public prefix (`PromptTokens.public_len`); those no user
 wrote, the client's included, its client prefix (`PromptTokens.client_len`), which only the users

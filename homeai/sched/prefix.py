@@ -18,10 +18,11 @@ One level lies between (issue 54): the users of a trusted proxy member (Open Web
 person; their keys `owui/<user>`) are members here, each with its own cells, and their requests
 carry the proxy (`group`, set by the server from the member's proxy flag, never parsed from a
 key) and how many leading tokens the client wrote before any user did (`client_len` >=
-`public_len`: its tool definitions and system text before the first user message). Two users of
-one proxy reuse each other's cells up to the shorter `client_len`: the client's preamble (Open
-WebUI's 36 tools, 6.6k tokens) is read once for all of them, and from the first token a user
-wrote on, the cache stays that user's. Between different members it stays `public_len`.
+`public_len`: its tool definitions, and its system text where the config says the client wrote
+it: `homeai.service.clients.client_preamble`). Two users of one proxy reuse each other's cells up
+to the shorter `client_len`: the client's preamble (Open WebUI's 36 tools, 6.6k tokens) is read
+once for all of them, and from the first token a user wrote on, the cache stays that user's.
+Between different members it stays `public_len`.
 
 Where a sequence may be resumed (`Memory`, `resumable`): a cell's keys and values are exact for
 every later token only while the cells before it that the token attends to are still there.
