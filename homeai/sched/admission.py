@@ -5,10 +5,12 @@ decoding sequence for the next step, and in the main cache the sequence ids back
 and, for an interactive request, the readers keep their pace with it (`pacing.py`).
 
 Where: a request may go in any cache of its lane that holds its prompt and answer
-(`Request.pools`, its lane's own first); it goes in one that has room for it now (`place`), the
-one where the longest prefix it may reuse lives, else the first. So with a cache of their own
-for the interactive lanes, a chat never waits for that cache while the main one has room, and a
-conversation whose last turn was read in the main cache goes on there. Only when none has room
+(`Request.pools`, its lane's own first); it goes in one that has room for it now (`place`): the
+first, unless another holds a prefix it may reuse longer by at least a whole step of reading
+(`max_step_tokens`: less is a step of its first token's wait at most, not worth its answer
+attending over the other cache's cells, a document's in the main one). So with a cache of their
+own for the interactive lanes, a chat never waits for that cache while the main one has room,
+and a conversation whose last turn was read in the main cache goes on there. Only when none has room
 does an interactive request that may go in the main cache (every one's with one cache for all)
 preempt background there, down to its minimum share (`share.py`): free room anywhere first, a
 preemption only where it is the only way in now. A request preempted later is placed again the
@@ -151,27 +153,30 @@ class Admission:
         return True
 
     def place(self, request: Request, num_decoding: Mapping[Pool, int]) -> bool:
-        """Give a waiting request the cache it goes in now (`Request.pool`): of its caches with room
-        for it now (`fits`), the one where the longest prefix it may reuse lives (`KVPools.prefix_in`),
-        else the first (its lane's own). False, its pool left as it was, when none has room."""
+        """Give a waiting request the cache it goes in now (`Request.pool`): the first of its caches
+        with room for it now (`fits`), unless a later one holds a prefix it may reuse
+        (`KVPools.prefix_in`) longer by a whole step of reading. False, its pool left as it was,
+        when none has room."""
         pools = request.pools
         if len(pools) == 1:  # one cache for every lane, a background request, a prompt only one cache holds
             return self.fits(request, num_decoding)
         room = [pool for pool in pools if self.fits(request, num_decoding, pool)]
         if not room:
             return False
-        if len(room) > 1:  # (the first of the longest: a tie keeps its lane's order)
+        request.pool = room[0]
+        if len(room) > 1:
             reuse = [self.pools.prefix_in(request, pool) for pool in room]
-            request.pool = room[reuse.index(max(reuse))]
-        else:
-            request.pool = room[0]
+            longest = max(reuse)
+            if longest >= reuse[0] + self.pacing.max_step_tokens:
+                request.pool = room[reuse.index(longest)]
         return True
 
     def _prefix_being_read(self, request: Request, step: Step) -> bool:
-        """A sequence in one of the request's caches is still reading a prefix it shares: it waits
-        for those cells, a step or so, rather than read them a second time beside it."""
-        reading = step.running(self.pools)[1]
-        return any([self.pools.shares_a_prefix_being_read(request, reading, pool) for pool in request.pools])
+        """A sequence in the request's first cache is still reading a prefix it shares: it waits for
+        those cells, a step or so, rather than read them a second time beside it. (Not for one being
+        read in another cache: `place` follows a prefix there only when it is a step's reading longer,
+        and a request never waits for a cache while another has room for it.)"""
+        return self.pools.shares_a_prefix_being_read(request, step.running(self.pools)[1], request.pools[0])
 
     def background_victim(self, request: Request) -> Request | None:
         """The background sequence an interactive request that fits none of its caches preempts: one

@@ -2,11 +2,12 @@
 
 With a cache of their own for the interactive lanes (`TwoCaches`), a chat may be read in either
 cache that holds its prompt and answer (`Request.pools`). When it is admitted it goes in one with
-room then (`Admission.place`): the one holding the longest prefix it may reuse, else its lane's
-own. So it never waits for its own full cache while the main one has room; a conversation
-whose last turn was read in the main cache goes on from its cells there; it preempts background
-only when no cache has room for it (and background is above its floor); a chat preempted later
-is placed again the same way. With one cache for every lane nothing changes.
+room then (`Admission.place`): its lane's own, unless the other holds a prefix it may reuse
+longer by a whole step of reading. So it never waits for its own full cache while the main one
+has room; a conversation whose last turn was read in the main cache goes on from its cells
+there; it preempts background only when no cache has room for it (and background is above its
+floor); a chat preempted later is placed again the same way. With one cache for every lane
+nothing changes.
 
 The scene Open WebUI met: one user's long prompt fills the interactive cache while the main one
 has thousands of cells free; the next user's message queued 71.6 s for the interactive cache.
@@ -85,13 +86,20 @@ def test_with_room_in_both_a_chat_goes_in_its_own_cache():
     assert alice.pool is Pool.INTERACTIVE and bob.status is Status.RUNNING
 
 
-def test_a_prefix_cached_in_the_main_cache_is_used_there():
-    sched, runner = two_caches(prompt_cache=True), FakeRunner()
+def alice_first_turn_in_main(**limits):
+    """Alice's first turn (120 tokens, 6 of answer), read in the main cache beside bob's chat,
+    which then ends: both caches have room, and her turn is cached in the main one."""
+    sched, runner = two_caches(prompt_cache=True, **limits), FakeRunner()
     bob, now = bob_decoding(sched, runner)
     turn1 = create_request(lane="chat", member="alice", num_prompt=120, max_tokens=6, arrival=now)
     sched.add_request(turn1)
-    now = run_until_idle(sched, runner, now)  # alice's first turn read in the main cache; then bob ends
+    now = run_until_idle(sched, runner, now)
     assert turn1.pool is Pool.MAIN and sched.pools.cells_cached(Pool.MAIN) >= 120
+    return sched, runner, now, turn1
+
+
+def test_a_prefix_cached_in_the_main_cache_is_used_there():
+    sched, runner, now, turn1 = alice_first_turn_in_main(max_step_tokens=64)  # 125 cells: two steps of reading
     turn2 = follow_up(turn1, 20, now)  # 146 tokens and 6 of answer: either cache holds it, both have room
     carol = create_request(lane="chat", member="carol", num_prompt=30, max_tokens=6, arrival=now)
     for r in (turn2, carol):
@@ -103,9 +111,22 @@ def test_a_prefix_cached_in_the_main_cache_is_used_there():
     assert answered_right(turn2) and answered_right(carol)
 
 
+def test_a_prefix_shorter_than_a_step_of_reading_leaves_a_chat_in_its_own_cache():
+    """Reusing less than a step's reading (a shared system prompt, say) saves its first token a step
+    at most; its answer would attend over the main cache's cells all the way."""
+    sched, runner, now, turn1 = alice_first_turn_in_main(max_step_tokens=256)
+    turn2 = follow_up(turn1, 20, now)
+    sched.add_request(turn2)
+    now = admitted(sched, runner, now, turn2)
+    assert turn2.pool is Pool.INTERACTIVE and turn2.num_cached_tokens == 0
+    run_until_idle(sched, runner, now)
+    assert answered_right(turn2)
+
+
 def test_a_prefix_in_a_cache_without_room_is_no_reason_to_wait():
     # A CPU's costs, so that alice's cached turn is worth keeping while the summary is read (`KVPools.expire`)
-    sched, runner = taught(two_caches(prompt_cache=True, background_min_share=0.95), cpu_ms), FakeRunner(cost=cpu_ms)
+    sched, runner = (taught(two_caches(prompt_cache=True, background_min_share=0.95, max_step_tokens=64), cpu_ms),
+                     FakeRunner(cost=cpu_ms))
     bob, now = bob_decoding(sched, runner)
     turn1 = create_request(lane="chat", member="alice", num_prompt=120, max_tokens=6, arrival=now)
     sched.add_request(turn1)
