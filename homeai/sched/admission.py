@@ -6,15 +6,15 @@ and, for an interactive request, the readers keep their pace with it (`pacing.py
 
 Where: a request may go in any cache of its lane that holds its prompt and answer
 (`Request.pools`, its lane's own first); it goes in one that has room for it now (`place`): the
-first, unless another holds a prefix it may reuse longer by at least a whole step of reading
-(`max_step_tokens`: less is a step of its first token's wait at most, not worth its answer
-attending over the other cache's cells, a document's in the main one). So with a cache of their
-own for the interactive lanes, a chat never waits for that cache while the main one has room,
-and a conversation whose last turn was read in the main cache goes on there. Only when none has room
-does an interactive request that may go in the main cache (every one's with one cache for all)
-preempt background there, down to its minimum share (`share.py`): free room anywhere first, a
-preemption only where it is the only way in now. A request preempted later is placed again the
-same way, in either cache.
+first (room counting cached prefixes, which it may evict, as everywhere), unless another holds a
+prefix it may reuse longer by at least a whole step of reading (`max_step_tokens`: less is a
+step of its first token's wait at most, not worth its answer attending over the other cache's
+cells, a document's in the main one). So with a cache of their own for the interactive lanes, a
+chat never waits for that cache while the main one has room, and a conversation whose last turn
+was read in the main cache goes on there. Only when none has room does an interactive request
+that may go in the main cache (every one's with one cache for all) preempt background there,
+down to its minimum share (`share.py`): free room anywhere first, a preemption only where it is
+the only way in now. A request preempted later is placed again the same way, in either cache.
 
 Once a request of a class is refused in its caches, a larger one of that class and caches is
 not tried again in the same step. A member at its share of the interactive readers waits while

@@ -87,14 +87,16 @@ def test_with_room_in_both_a_chat_goes_in_its_own_cache():
 
 
 def alice_first_turn_in_main(**limits):
-    """Alice's first turn (120 tokens, 6 of answer), read in the main cache beside bob's chat,
-    which then ends: both caches have room, and her turn is cached in the main one."""
+    """Alice's first turn, read in the main cache (120 tokens and room for 100 of answer, more than
+    the interactive cache holds), ended after 6 at a stop string found outside: her 125 computed
+    cells stay cached there, and the interactive cache is empty."""
     sched, runner = two_caches(prompt_cache=True, **limits), FakeRunner()
-    bob, now = bob_decoding(sched, runner)
-    turn1 = create_request(lane="chat", member="alice", num_prompt=120, max_tokens=6, arrival=now)
+    turn1 = create_request(lane="chat", member="alice", num_prompt=120, max_tokens=100)
     sched.add_request(turn1)
-    now = run_until_idle(sched, runner, now)
-    assert turn1.pool is Pool.MAIN and sched.pools.cells_cached(Pool.MAIN) >= 120
+    assert turn1.pools == (Pool.MAIN,)
+    now = run_until(sched, runner, 0.0, lambda: len(turn1.output_tokens) == 6)
+    sched.finish(turn1.request_id, "stop", now)
+    assert sched.pools.cells_cached(Pool.MAIN) >= 120 and sched.pools.cells_cached(Pool.INTERACTIVE) == 0
     return sched, runner, now, turn1
 
 
