@@ -149,7 +149,7 @@ class ChatRequest(Generating):
         return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model,
                        tools=[t.model_dump(exclude_none=True) for t in self.tools or ()], tool_choice=self.tool_choice,
                        structured=self.format, structured_kind="ollama", sampling=self.sampling(),
-                       think=self.think_ask())
+                       think=self.think_ask(), streamed=self.stream)
 
     @field_validator("messages")
     @classmethod

@@ -166,7 +166,7 @@ class ChatCompletionRequest(Sampling):
         return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model, tools=self.tools,
                        tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
                        structured=self.response_format, sampling=sampling, documents=self.documents,
-                       think=self.think_ask())
+                       think=self.think_ask(), streamed=self.stream)
 
     def think_ask(self) -> ThinkAsk:
         """What `reasoning_effort` and `chat_template_kwargs` ask of a model that thinks."""

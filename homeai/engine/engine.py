@@ -325,8 +325,9 @@ class Engine:
         return max(self.scheduler.max_seq_lens(lane).values())
 
     def _check(self, tokens: list[int], params: SamplingParams, kind: Kind, lane: str) -> SamplingParams:
-        """Refuse what no cache can hold; the answer's length capped to the room left in the cache
-        the scheduler will read it in (`Scheduler.pool_for`)."""
+        """Refuse what no cache can hold; the answer's length capped to the room left in the first
+        cache the scheduler may read it in (`Scheduler.pool_for`), so that prompt and answer fit
+        whichever of its caches it is admitted to (`Scheduler.pools_for`)."""
         if kind is Kind.EMBED:
             if len(tokens) > self.embed_max_tokens:
                 raise PromptTooLong(len(tokens), self.embed_max_tokens)

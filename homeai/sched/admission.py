@@ -1,13 +1,24 @@
-"""Admission: whether a waiting request gets a sequence and cells this step.
+"""Admission: whether a waiting request gets a sequence and cells this step, and in which cache.
 
 A request is admitted when its policy's admission is open, its cells fit (leaving a cell per
 decoding sequence for the next step, and in the main cache the sequence ids background keeps),
-and, for an interactive request, the readers keep their pace with it (`pacing.py`). An
-interactive request that does not fit in the main cache (every one's with one cache for all, a
-prompt too long for the interactive cache with two) preempts background there down to its
-minimum share (`share.py`). Once a request of a class is refused in a pool, a larger one of
-that class is not tried again there in the same step. A member at its share of the interactive
-readers waits while another member's interactive request waits (`members.py`).
+and, for an interactive request, the readers keep their pace with it (`pacing.py`).
+
+Where: a request may go in any cache of its lane that holds its prompt and answer
+(`Request.pools`, its lane's own first); it goes in one that has room for it now (`place`): the
+first (room counting cached prefixes, which it may evict, as everywhere), unless another holds a
+prefix it may reuse longer by at least a whole step of reading (`max_step_tokens`: less is a
+step of its first token's wait at most, not worth its answer attending over the other cache's
+cells, a document's in the main one). So with a cache of their own for the interactive lanes, a
+chat never waits for that cache while the main one has room, and a conversation whose last turn
+was read in the main cache goes on there. Only when none has room does an interactive request
+that may go in the main cache (every one's with one cache for all) preempt background there,
+down to its minimum share (`share.py`): free room anywhere first, a preemption only where it is
+the only way in now. A request preempted later is placed again the same way, in either cache.
+
+Once a request of a class is refused in its caches, a larger one of that class and caches is
+not tried again in the same step. A member at its share of the interactive readers waits while
+another member's interactive request waits (`members.py`).
 """
 
 from __future__ import annotations
@@ -41,13 +52,14 @@ class Admission:
         self._targets = {name: p.itl_target_ms for name, p in policies.items()}
 
     def refused(self, request: Request, step: Step) -> bool:
-        """A waiting generation request no smaller than one of its class and pool refused this step:
+        """A waiting generation request no smaller than one of its class and caches refused this step:
         `admit` refuses it first thing (asked before placing it, of each pair of a full house)."""
-        return request.num_tokens >= step.admissions.failed_need.get((request.interactive, request.pool), math.inf)
+        return request.num_tokens >= step.admissions.failed_need.get((request.interactive, request.pools), math.inf)
 
     def admit(self, request: Request, step: Step, preempt: Callable[[Request], None]) -> bool:
-        """Admit a waiting generation request now, if it may be (`preempt` gives way a victim)."""
-        memo, interactive, group = step.admissions, request.interactive, (request.interactive, request.pool)
+        """Admit a waiting generation request now, if it may be, in the cache `place` gives it
+        (`preempt` gives way a victim)."""
+        memo, interactive, group = step.admissions, request.interactive, (request.interactive, request.pools)
         if request.num_tokens >= memo.failed_need.get(group, math.inf):
             return False  # a smaller request of this class could not get in this step (the cheapest check first)
         if not self.policy.admission_open(num_running=len(self.pools.running), num_admitted=memo.num_admitted,
@@ -58,9 +70,9 @@ class Admission:
         if interactive and not self.keeps_pace(request, step):
             memo.failed_need[group] = request.num_tokens
             return False
-        if self.pools.shares_a_prefix_being_read(request, step.running(self.pools)[1]):
+        if self._prefix_being_read(request, step):
             return False  # it waits for the cells it will share, a step or so (before any preemption for it)
-        while not self.fits(request, step.num_decoding):
+        while not self.place(request, step.num_decoding):
             if not interactive or not self._preempt_background(request, preempt):
                 memo.failed_need[group] = request.num_tokens
                 return False
@@ -89,7 +101,7 @@ class Admission:
             if any([r.kind is not Kind.GENERATE for r in firsts]):
                 return False
             if self.policies[lane].interactive and not in_main:
-                in_main = any([r.pool is Pool.MAIN for r in firsts])
+                in_main = any([Pool.MAIN in r.pools for r in firsts])
         return not in_main or self.background_victim_in_main() is None
 
     def admit_embedding(self, request: Request, step: Step) -> bool:
@@ -104,10 +116,12 @@ class Admission:
         self.members.rebalance(moment.eligible, lambda r: self.would_admit(r, moment), lambda r: preempt(r, None))
 
     def would_admit(self, request: Request, moment: Moment) -> bool:
-        """A waiting interactive request keeps the readers' pace and gets its cells (background giving way
-        where the lanes share a cache), one cell kept per decoding sequence. (Every check is pure:
-        cells first, which settle most refusals of a full house more cheaply than the pace.)"""
-        if not self.fits(request, self._decoding(moment)) and self.background_victim(request) is None:
+        """A waiting interactive request keeps the readers' pace and gets its cells in one of its caches
+        (background giving way in the main one), one cell kept per decoding sequence. (Every check is
+        pure: cells first, which settle most refusals of a full house more cheaply than the pace.)"""
+        decoding = self._decoding(moment)
+        if (not any([self.fits(request, decoding, pool) for pool in request.pools])
+                and self.background_victim(request) is None):
             return False
         return self.keeps_pace(request, moment)
 
@@ -126,11 +140,11 @@ class Admission:
         return self.pacing.readers_keep_pace(moment.cost, memo.readers[1], request, self._targets[request.lane],
                                              self.layout)
 
-    def fits(self, request: Request, num_decoding: Mapping[Pool, int]) -> bool:
-        """A free sequence id and cells for a waiting request in its pool, leaving a cell per decoding
-        sequence (`num_decoding`, per pool) for the next step, and an interactive request in the main
-        cache the sequence ids background keeps there."""
-        pool = request.pool
+    def fits(self, request: Request, num_decoding: Mapping[Pool, int], pool: Pool | None = None) -> bool:
+        """A free sequence id and cells for a waiting request in `pool` (its own, `Request.pool`, if
+        not given), leaving a cell per decoding sequence (`num_decoding`, per pool) for the next step,
+        and an interactive request in the main cache the sequence ids background keeps there."""
+        pool = pool or request.pool
         num_free = self.pools.num_free_seqs(pool)
         if not num_free or not self.pools.fits(pool, request.num_tokens, num_decoding.get(pool, 0)):
             return False
@@ -138,11 +152,38 @@ class Admission:
             return num_free > self.share.seq_reserve(self.waiting)
         return True
 
+    def place(self, request: Request, num_decoding: Mapping[Pool, int]) -> bool:
+        """Give a waiting request the cache it goes in now (`Request.pool`): the first of its caches
+        with room for it now (`fits`), unless a later one holds a prefix it may reuse
+        (`KVPools.prefix_in`) longer by a whole step of reading. False, its pool left as it was,
+        when none has room."""
+        pools = request.pools
+        if len(pools) == 1:  # one cache for every lane, a background request, a prompt only one cache holds
+            return self.fits(request, num_decoding)
+        room = [pool for pool in pools if self.fits(request, num_decoding, pool)]
+        if not room:
+            return False
+        request.pool = room[0]
+        if len(room) > 1:
+            reuse = [self.pools.prefix_in(request, pool) for pool in room]
+            longest = max(reuse)
+            if longest >= reuse[0] + self.pacing.max_step_tokens:
+                request.pool = room[reuse.index(longest)]
+        return True
+
+    def _prefix_being_read(self, request: Request, step: Step) -> bool:
+        """A sequence in the request's first cache is still reading a prefix it shares: it waits for
+        those cells, a step or so, rather than read them a second time beside it. (Not for one being
+        read in another cache: `place` follows a prefix there only when it is a step's reading longer,
+        and a request never waits for a cache while another has room for it.)"""
+        return self.pools.shares_a_prefix_being_read(request, step.running(self.pools)[1], request.pools[0])
+
     def background_victim(self, request: Request) -> Request | None:
-        """The background sequence an interactive request that does not fit preempts: one in its
-        cache (the main one), while background holds more than its minimum share (None: none)."""
-        if request.pool is not Pool.MAIN:
-            return None  # background's cells are not the ones it needs
+        """The background sequence an interactive request that fits none of its caches preempts: one
+        in the main cache, if the request may go there, while background holds more than its minimum
+        share (None: none)."""
+        if Pool.MAIN not in request.pools:
+            return None  # background's cells are not ones it may use
         return self.background_victim_in_main()
 
     def background_victim_in_main(self) -> Request | None:
@@ -182,8 +223,8 @@ class Admission:
 
     def _prompt_room(self, request: Request, num_decoding: int) -> bool:
         """An interactive prompt gets its cells now (`num_decoding` sequences keeping a cell each):
-        they are free, or background in its cache gives them up."""
-        return (self.pools.fits(request.pool, request.num_tokens, num_decoding)
+        they are free in one of its caches, or background in the main one gives them up."""
+        return (any([self.pools.fits(pool, request.num_tokens, num_decoding) for pool in request.pools])
                 or self.background_victim(request) is not None)
 
     def background_usable(self, step: Step, room: int) -> int | None:

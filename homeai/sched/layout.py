@@ -11,13 +11,15 @@ ask it (admission, placement, background's share): what it asks of them is typed
   attend over a long document's cells, but background tokens cost a decode call of their own.
   So its decodes wait while an interactive prompt is read unless it is owed a step of them, each
   call of its own beside interactive work is paid for in tokens' worth, and its owed chunk goes
-  first in a step. A prompt too long for the interactive cache is read in the main one
-  (`pools_for`), at its lane's priority.
+  first in a step. An interactive request may also be read in the main cache (`pools_for`), at
+  its lane's priority: a prompt too long for its own cache always is, and any other is when its
+  own cache has no room for it at admission, or its longest reusable prefix is in the main one
+  (`Admission.place`).
 
-Wherever an interactive request's cells are in the main cache (each one's with `OneCache`, a
-prompt too long for its own cache with `TwoCaches`), background there gives way to it down to
-its floor (`share.py`), and its admission leaves the sequence ids background keeps
-(`admission.py`): those rules follow a request's pool, not the layout.
+Wherever an interactive request's cells are in the main cache (each one's with `OneCache`, one
+placed there with `TwoCaches`), background there gives way to it down to its floor
+(`share.py`), and its admission leaves the sequence ids background keeps (`admission.py`): those
+rules follow a request's pool, not the layout.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ class CacheLayout(Protocol):
         ...
 
     def pools_for(self, interactive: bool) -> tuple[Pool, ...]:
-        """The caches a request of a class may live in, its own first (`Scheduler.pool_for` picks)."""
+        """The caches a request of a class may live in, its own first (`Scheduler.pools_for` keeps
+        those that hold a request; admission picks one with room: `Admission.place`)."""
         ...
 
     def prompt_fits(self, request: Request, room: Callable[[Request], bool]) -> bool:

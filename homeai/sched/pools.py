@@ -104,7 +104,7 @@ class KVPools:
         self._victims: tuple[int, dict[Pool | None, Request | None]] = (-1, {})  # `victim`'s, per version
 
     def of_class(self, interactive: bool) -> Pool:
-        """A class's own pool (a request's own is `Request.pool`: its class's, or one that holds its prompt)."""
+        """A class's own pool (a request's own is `Request.pool`: its class's, or another admission placed it in)."""
         return self.interactive if interactive else Pool.MAIN
 
     def fits(self, pool: Pool, num_cells: int, headroom: int = 0) -> bool:
@@ -275,15 +275,8 @@ class KVPools:
         """Admit from the longest shared prefix: an entry mostly reused is taken over (its tail
         dropped); one barely reused, or a live sequence, shares its first cells with a new one."""
         kv, cache = self.kv[pool], self.cache[pool]
-        tokens = _prompt_array(request) if not request.output_tokens else \
-            np.asarray(request.tokens_slice(0, request.num_tokens), dtype=np.int32)  # preempted: its output too
-        limit = request.num_tokens - 1  # the last token is computed again: its logits are sampled
-        resumable = None if self.memory.cut_anywhere else (lambda seq_id, n: self._resumable(pool, seq_id, n))
-        entry, n_entry = cache.best(tokens, request.member, request.public_len, self.settings.shared,
-                                    limit=limit, resumable=resumable, group=request.group,
-                                    client_len=request.client_len)
+        entry, n_entry, live, n_live = self._match(request, pool)
         cache.seen(request.group)
-        live, n_live = self._best_live(request, pool, tokens, limit)
         reused = max(n_entry, n_live)
         if reused < self.min_reuse:
             self._make_room(pool, request.num_tokens, need_seq=True)
@@ -306,6 +299,27 @@ class KVPools:
             self._copied.add((pool, request.seq_id))
         request.num_computed_tokens = reused
 
+    def _match(self, request: Request, pool: Pool) -> tuple[Entry | None, int, Request | None, int]:
+        """The entry and the live sequence of `pool` whose prefix the request may reuse is longest,
+        each with its length (pure: admission asks it of each cache a request may go in)."""
+        tokens = _prompt_array(request) if not request.output_tokens else \
+            np.asarray(request.tokens_slice(0, request.num_tokens), dtype=np.int32)  # preempted: its output too
+        limit = request.num_tokens - 1  # the last token is computed again: its logits are sampled
+        resumable = None if self.memory.cut_anywhere else (lambda seq_id, n: self._resumable(pool, seq_id, n))
+        entry, n_entry = self.cache[pool].best(tokens, request.member, request.public_len, self.settings.shared,
+                                               limit=limit, resumable=resumable, group=request.group,
+                                               client_len=request.client_len)
+        live, n_live = self._best_live(request, pool, tokens, limit)
+        return entry, n_entry, live, n_live
+
+    def prefix_in(self, request: Request, pool: Pool) -> int:
+        """The longest prefix a waiting request would start from in `pool` (0: none worth reusing)."""
+        if pool not in self.cache:
+            return 0
+        _, n_entry, _, n_live = self._match(request, pool)
+        reused = max(n_entry, n_live)
+        return reused if reused >= self.min_reuse else 0
+
     def _take_over(self, request: Request, entry: Entry, n_entry: int) -> bool:
         """An entry mostly reused becomes the request's sequence; another member's (another user's
         of the same proxy too) only when the request reuses all of it (else its owner's next turn
@@ -321,12 +335,14 @@ class KVPools:
                         same_group=bool(request.group) and maker.group == request.group,
                         maker_client=maker.client_len, client_len=request.client_len)
 
-    def shares_a_prefix_being_read(self, request: Request, reading: list[Request] | None = None) -> bool:
-        """A running sequence of the request's pool is still reading a prefix (at least `min_reuse`
-        tokens) the request shares: admitted now, the request would read it a second time beside
-        it; a step or so later, it shares the cells instead. `reading`: the running sequences not
-        decoding, when the caller has them (`Moment.running`; else every running one is looked at)."""
-        pool = request.pool
+    def shares_a_prefix_being_read(self, request: Request, reading: list[Request] | None = None,
+                                   pool: Pool | None = None) -> bool:
+        """A running sequence of `pool` (the request's, if not given) is still reading a prefix (at
+        least `min_reuse` tokens) the request shares: admitted now, the request would read it a second
+        time beside it; a step or so later, it shares the cells instead. `reading`: the running
+        sequences not decoding, when the caller has them (`Moment.running`; else every running one
+        is looked at)."""
+        pool = pool or request.pool
         if pool not in self.cache or request.num_preemptions or self.memory.recurrent:
             return False  # (a recurrent state is shared only whole: the reader will have moved on)
         head = request.prompt_tokens[:HEAD]

@@ -105,8 +105,12 @@ class Request:
     params: SamplingParams = field(default_factory=SamplingParams)
     interactive: bool = False  # its lane's class (set from the lane's policy when it is added)
     priority: int = 0  # its lane's priority: lower goes first, and is preempted last
-    # The cache its cells live in, chosen once when it is added (`Scheduler.pool_for`): its lane's,
-    # or another that holds a prompt too long for that one. Its lane's rules go with it everywhere.
+    # The caches it may be admitted to, in the order tried (`Scheduler.pools_for`, set when it is
+    # added): those of its lane that hold its prompt and answer, its lane's own first.
+    pools: tuple[Pool, ...] = ()
+    # The cache its cells live in, chosen when it is admitted (`Admission.place`: one of `pools` with
+    # room now); while it waits, a provisional guess (the first, or the one it last ran in). Its
+    # lane's rules go with it everywhere.
     pool: Pool | None = None
     output_tokens: list[int] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)  # each sampled row, kept only with params.record_logits

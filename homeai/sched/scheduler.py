@@ -17,10 +17,12 @@ catching up with `num_tokens`; a step gives each chosen request some tokens:
    pools across chunks), unless the embedding model cannot (an encoder without a KV cache).
 
 An interactive request is admitted only while the readers keep their pace (`pacing.py`). KV
-admission reserves cells (`pools.py`) in the cache a request was given when it came
-(`pool_for`: its lane's, or another that holds a prompt too long for that one; it keeps its
-lane's priority there); an interactive request in the main cache that cannot be admitted
-preempts the lowest-priority, latest-admitted background sequence there. Wherever
+admission reserves cells (`pools.py`) in whichever cache of its lane holds the request and has
+room for it then (`admission.py`; the caches that hold it, `pools_for`, are found when it comes:
+its lane's own first, the main one too with two): the one with the longest prefix it may reuse,
+else its lane's own; it keeps its lane's priority there. Only when none has room does an
+interactive request that may go in the main cache preempt the lowest-priority, latest-admitted
+background sequence there; a request preempted later is placed again by the same rule. Wherever
 a sequence is preempted (admission, a sequence growing, llama.cpp finding no KV slot), background
 down to its minimum share keeps its cells while an interactive sequence can give way. A member
 holds at most its share of the interactive readers while another member waits for one (`members.py`).
@@ -188,25 +190,33 @@ class Scheduler:
             raise QueueFull(request.lane, policy.max_queue)
         request.interactive, request.priority = policy.interactive, policy.priority
         if request.kind is Kind.EMBED:
-            request.pool = Pool.EMBED
+            request.pools = (Pool.EMBED,)
         else:
-            request.pool = self.pool_for(request.lane, request.num_prompt_tokens, request.max_tokens)
-            if request.pool is None:
+            request.pools = self.pools_for(request.lane, request.num_prompt_tokens, request.max_tokens)
+            if not request.pools:
                 raise NoRoom(request.lane, request.num_prompt_tokens + 1)
+        request.pool = request.pools[0]  # a guess until it is admitted (`Admission.place` chooses)
         self.queues.append(request)
         self.requests[request.request_id] = request
         self._pairs[request.key] += 1
 
-    def pool_for(self, lane: str, num_prompt: int, max_tokens: int) -> Pool | None:
-        """The cache a request of `lane` lives in: the first of its lane's (its own first: `layout.pools_for`)
-        that holds its prompt and answer, else the first that holds its prompt and a token (its answer
-        ends at that cache's edge); None when none does. Its lane's priority and pace go with it."""
+    def pools_for(self, lane: str, num_prompt: int, max_tokens: int) -> tuple[Pool, ...]:
+        """The caches a request of `lane` may be admitted to, in the order tried: each of its lane's
+        (its own first: `layout.pools_for`) that holds its prompt and answer; else the first that
+        holds its prompt and a token (its answer ends at that cache's edge); () when none does.
+        Which of them it goes in is chosen when it is admitted, by the room each has then
+        (`Admission.place`); its lane's priority and pace go with it."""
         lengths = self.max_seq_lens(lane)
-        for need in (num_prompt + max_tokens, num_prompt + 1):
-            pool = next((p for p, n in lengths.items() if need <= n), None)
-            if pool is not None:
-                return pool
-        return None
+        whole = tuple([p for p, n in lengths.items() if num_prompt + max_tokens <= n])
+        if whole:
+            return whole
+        return next(((p,) for p, n in lengths.items() if num_prompt + 1 <= n), ())
+
+    def pool_for(self, lane: str, num_prompt: int, max_tokens: int) -> Pool | None:
+        """The first cache `pools_for` tries (the one whose room an answer is capped to: `Engine._check`,
+        so the request's prompt and answer fit every cache it may go in); None when none holds it."""
+        pools = self.pools_for(lane, num_prompt, max_tokens)
+        return pools[0] if pools else None
 
     def max_seq_lens(self, lane: str) -> dict[Pool, int]:
         """The longest sequence each cache a request of `lane` may be read in holds, its own first."""

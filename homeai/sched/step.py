@@ -25,8 +25,9 @@ from homeai.sched.request import RUNNING, Request
 class Admissions:
     """What admission learns while one step is planned."""
 
-    # Per class and pool, the fewest tokens a request was refused with (larger ones are not tried again).
-    failed_need: dict[tuple[bool, Pool | None], float] = field(default_factory=dict)
+    # Per class and caches (`Request.pools`), the fewest tokens a request was refused with (larger
+    # ones are not tried again).
+    failed_need: dict[tuple[bool, tuple[Pool, ...]], float] = field(default_factory=dict)
     readers: tuple[int, Readers] | None = None  # the running set as costed, and the pools' version then
     decoding: tuple[int, Counter[Pool]] | None = None  # sequences decoding per pool, and the pools' version then
     num_admitted: int = 0

@@ -36,6 +36,7 @@ class ChatAsk:
     fit: str = "refuse"  # "refuse": too long is a 400; "latest": keep the latest turns that fit
     prompt_param: str = "messages"  # the request field the prompt came from, for errors
     think: ThinkAsk = field(default_factory=ThinkAsk)
+    streamed: bool = False  # the answer is streamed: someone reads it as it is written (never a background task)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ where it was asked. Every protocol's chat passes here (`Service.chat`), so the r
 
 Only those tasks move, recognised by their templates' opening (`TASKS`) and their chat history
 block: Open WebUI's retrieval template opens "### Task:" too, and the answer it carries is one a
-person waits for, so a prompt that merely opens "### Task:" stays on chat. A task template the
+person waits for, so a prompt that merely opens "### Task:" stays on chat. A streamed answer stays
+on chat whatever its prompt: someone reads it as it is written (Open WebUI asks every task with
+`stream: false` and streams every answer to a user's message). A task template the
 client's admin rewrote is not recognised: its Task model named with a lane (`<model>:summaries`,
 `homeai.service.names`) moves it instead.
 
@@ -76,10 +78,11 @@ def client_preamble(cfg, messages: list[dict], *, documents: bool = False) -> bo
     return cfg.clients.proxy_system_text_shared or not (messages and messages[0].get("role") in CLIENT_ROLES)
 
 
-def task_lane(cfg, caller: Caller, lane: str, messages: list[dict]) -> str:
-    """The lane to answer on: the background task lane for a task prompt asked on the chat lane."""
+def task_lane(cfg, caller: Caller, lane: str, messages: list[dict], *, streamed: bool = False) -> str:
+    """The lane to answer on: the background task lane for a task prompt asked on the chat lane
+    without streaming."""
     target = cfg.clients.background_task_lane
-    if not target or lane != CHAT_LANE or not is_background_task(messages):
+    if not target or lane != CHAT_LANE or streamed or not is_background_task(messages):
         return lane
     try:
         allow_lane(caller, target)

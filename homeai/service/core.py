@@ -16,7 +16,6 @@ the engine.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -177,16 +176,14 @@ class Service:
     async def chat(self, ask: ChatAsk, caller: Caller) -> Answer:
         """Answer a conversation; tools, structured output and documents as asked (a client's
         background task on its background lane: `homeai.service.clients`)."""
-        asked = clients.task_lane(self.cfg, caller, ask.lane, ask.messages)
+        asked = clients.task_lane(self.cfg, caller, ask.lane, ask.messages, streamed=ask.streamed)
         lane, policy = self.lane(caller, asked, asked)
         self._check(ask)
         engine = self.engine()
         model = self.model(ask.model, "generate")
         runner = engine.runner
         plan, grammar = await self._plan(runner, ask, caller.key)
-        params = sampling.params(ask.sampling, policy, grammar)
-        if plan is not None and plan.stops:  # a form whose call ends at a marker it never writes past
-            params = dataclasses.replace(params, stop=params.stop + plan.stops)
+        params = sampling.params(ask.sampling, policy, grammar, plan.stops if plan is not None else ())
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
         # a reply held to a format from its first token has no room for a thought

@@ -50,8 +50,11 @@ def check_limits(server: ServerConfig, *, max_tokens: int | None, num_messages: 
                            param=max_tokens_param)
 
 
-def params(ask: SamplingAsk, policy: LanePolicy, grammar: Grammar | None = None) -> SamplingParams:
-    """The sampler's parameters: what was asked over homeai's defaults and the lane's answer length."""
+def params(ask: SamplingAsk, policy: LanePolicy, grammar: Grammar | None = None,
+           form_stops: tuple[str, ...] = ()) -> SamplingParams:
+    """The sampler's parameters: what was asked over homeai's defaults and the lane's answer length.
+    `form_stops`: a tool-call form's own ends (FunctionGemma's `<end_function_call>`: the tool's
+    answer comes next, never the model's), after the request's and not counted in its `MAX_STOPS`."""
     if ask.n != 1:
         raise ServiceError(400, f"only n=1 is supported, got n={ask.n}", code="invalid_value", param="n")
     stops = [ask.stop] if isinstance(ask.stop, str) else list(ask.stop or [])
@@ -63,7 +66,7 @@ def params(ask: SamplingAsk, policy: LanePolicy, grammar: Grammar | None = None)
         top_k=_or(ask.top_k, d.top_k), min_p=_or(ask.min_p, d.min_p),
         repeat_penalty=_or(ask.repeat_penalty, d.repeat_penalty), seed=ask.seed,
         max_tokens=ask.max_tokens or policy.max_tokens or NO_LIMIT,
-        stop=tuple(s for s in stops if s), logprobs=ask.logprobs, ignore_eos=ask.ignore_eos, grammar=grammar)
+        stop=tuple(s for s in stops if s) + tuple(form_stops), logprobs=ask.logprobs, ignore_eos=ask.ignore_eos, grammar=grammar)
 
 
 def _or(value, default):

@@ -9,7 +9,10 @@
 
 A `synthesize` is spoken as one audio stream (what a client that does not stream waits for); a
 stream is spoken a sentence at a time (`homeai.speech.sentences`), each its own audio-start..stop,
-as wyoming-piper does. Speech goes through the service's speaking (`homeai.service.speaking`) on
+as wyoming-piper does. A thought the answer opens with (`<think>...</think>`, a thinking model's
+text handed on whole by a client) is never said: a stream's chunks pass one splitter
+(`homeai.service.thinking`) before they are cut into sentences, so a thought spanning many chunks
+and sentences is held back whole, not only a chunk's own. Speech goes through the service's speaking (`homeai.service.speaking`) on
 the voice lane: the voice lane's priority on the synthesis pool, the background lanes held while
 it is synthesised, and with `wyoming.member` set, that member must be allowed the voice lane and
 its share of the pool is that member's (`tts.max_pending_per_member`, with the member's other
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 
 from homeai.service.errors import ServiceError
 from homeai.service.speaking import FIRST_CLAUSE, Speaking
+from homeai.service.thinking import TagSplitter
 from homeai.speech.sentences import Sentences
 from homeai.wyoming.framing import Event, EventRefused
 
@@ -53,6 +57,7 @@ class Stream:
 
     voice: str
     sentences: Sentences = field(default_factory=lambda: Sentences(first_clause=FIRST_CLAUSE))
+    thought: TagSplitter = field(default_factory=lambda: TagSplitter("<think>", "</think>"))  # never said
     queued: int = 0  # sentences queued: the first holds background while it is synthesised
     chars: int = 0
     refused: bool = False  # its text went over the cap: the rest is dropped
@@ -115,14 +120,14 @@ class Synthesis:
         except ServiceError as e:
             stream.refused = True
             raise EventRefused(e.code, f"{e.message}; the rest of the stream is not spoken") from None
-        for sentence in stream.sentences.feed(text):
+        for sentence in stream.sentences.feed(stream.thought.feed(text)[1]):
             self._queue_sentence(stream, sentence)
 
     async def stop(self, _event: Event) -> None:
         stream = self._streaming("synthesize-stop")
         self.stream = None
         if not stream.refused:
-            for sentence in stream.sentences.flush():
+            for sentence in stream.sentences.feed(stream.thought.finish()[1]) + stream.sentences.flush():
                 self._queue_sentence(stream, sentence)
         self._queue(_STOPPED)
 

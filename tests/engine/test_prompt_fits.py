@@ -49,6 +49,8 @@ def test_an_answer_is_capped_to_the_room_left_in_its_cache(engine):
     assert long.request.pool is Pool.MAIN and long.request.params.max_tokens == 10
     short = engine.submit(tokens(150), lane="chat", params=SamplingParams(max_tokens=5000))  # no cache holds it all
     assert short.request.pool is Pool.INTERACTIVE and short.request.params.max_tokens == 50
+    # capped to its own cache's room, it fits the main cache too: it may be admitted to either
+    assert short.request.pools == (Pool.INTERACTIVE, Pool.MAIN) and long.request.pools == (Pool.MAIN,)
     assert finished(long).reason == "length" and finished(short).reason == "length"
 
 

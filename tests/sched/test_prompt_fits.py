@@ -1,9 +1,11 @@
 """A prompt too long for its lane's cache is read where it fits, at its lane's priority.
 
 With a cache of their own for the interactive lanes (`TwoCaches`), a chat whose prompt and
-answer that cache cannot hold lives in the main cache (`Scheduler.pool_for`); there it may
-preempt background, down to background's floor, as every interactive request does in a cache
+answer that cache cannot hold may live only in the main cache (`Scheduler.pools_for`); there it
+may preempt background, down to background's floor, as every interactive request does in a cache
 shared with background. A sequence no cache of its lane holds is refused when it is added.
+(Which of several caches that hold a request it goes in, by their room when it is admitted:
+`test_placed_where_it_fits.py`.)
 
 Run: .venv/bin/python -m pytest -q tests/sched/test_prompt_fits.py
 """
@@ -27,10 +29,15 @@ def pools_of(plan, request) -> set[Pool]:
     return {pool for pool, items in plan.batches.items() if any(i.request_id == request.request_id for i in items)}
 
 
-def test_each_request_is_given_the_first_cache_of_its_lane_that_holds_it():
+def test_each_request_may_go_in_the_caches_of_its_lane_that_hold_it_its_own_first():
     sched = two_caches(max_seq_len=900)
     assert sched.max_seq_lens("chat") == {Pool.INTERACTIVE: 200, Pool.MAIN: 900}  # the model's context caps the main
     assert sched.max_seq_lens("summaries") == {Pool.MAIN: 900}  # background never reads in the readers' cache
+    assert sched.pools_for("chat", 100, 50) == (Pool.INTERACTIVE, Pool.MAIN)
+    assert sched.pools_for("chat", 180, 50) == (Pool.MAIN,)
+    assert sched.pools_for("chat", 180, 10_000) == (Pool.INTERACTIVE,)  # its answer cut at its own cache's edge
+    assert sched.pools_for("chat", 900, 1) == () and sched.pools_for("summaries", 150, 10) == (Pool.MAIN,)
+    # The first is where an answer's length is capped to (`Engine._check`)
     assert sched.pool_for("chat", 100, 50) is Pool.INTERACTIVE
     assert sched.pool_for("chat", 180, 50) is Pool.MAIN  # its answer would be cut at the interactive cache's edge
     assert sched.pool_for("chat", 180, 10_000) is Pool.INTERACTIVE  # no cache holds that answer: its own, cut there

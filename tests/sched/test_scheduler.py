@@ -398,9 +398,9 @@ def test_with_an_interactive_cache_chats_neither_preempt_nor_attend_over_backgro
 
 
 def _reader_beside_document(interactive_cells, document_len, document_output=100, cost=None, num_cells=8192,
-                            num_seqs=8, reader_prompt=10, reader_output=500):
+                            num_seqs=8, reader_prompt=10, reader_output=500, **limits):
     """A chat reader and a summary, both decoding (under a step cost function, if given)."""
-    sched = create_scheduler(num_cells=num_cells, num_seqs=num_seqs, interactive_cells=interactive_cells)
+    sched = create_scheduler(num_cells=num_cells, num_seqs=num_seqs, interactive_cells=interactive_cells, **limits)
     if cost:
         _taught(sched, cost)
     runner = FakeRunner(cost=cost)
@@ -433,10 +433,12 @@ def test_a_chat_reads_its_prompt_faster_beside_a_long_document_with_its_own_cach
 
 
 def test_a_chat_that_cannot_get_cells_does_not_hold_background_decodes_back():
+    # The main cache (100 cells) holds the document at background's floor: nothing there for the chat
     sched, runner, now, reader, background = _reader_beside_document(
-        100, 50, document_output=30, num_cells=1000, num_seqs=4, reader_prompt=80, reader_output=15)
+        100, 50, document_output=30, num_cells=100, num_seqs=4, reader_prompt=80, reader_output=15,
+        background_min_share=0.9)
     waiting = create_request(lane="chat", member="carol", num_prompt=60, max_tokens=5, arrival=now)
-    sched.add_request(waiting)  # cannot fit beside the reader: it waits for the reader's cells
+    sched.add_request(waiting)  # fits neither beside the reader nor beside the document: it waits for cells
     for _ in range(3):
         now += 0.01
         plan, _ = step(sched, runner, now)

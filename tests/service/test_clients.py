@@ -87,6 +87,14 @@ def test_the_task_rule_honours_the_setting_and_the_members_lanes():
     assert task_lane(cfg(), OWUI, "summaries", messages("openai_chat.json")) == "summaries"  # asked there by name
 
 
+@pytest.mark.parametrize("task, name", [(t, n) for t, names in TASK_BODIES.items() for n in names[:1]])
+def test_a_streamed_answer_stays_on_chat_whatever_its_prompt(task, name):
+    """Open WebUI asks its tasks with `stream: false`; anything streamed is read as it is written."""
+    body = messages(name)
+    assert task_lane(cfg(), OWUI, "chat", body, streamed=True) == "chat"
+    assert task_lane(cfg(), OWUI, "chat", body, streamed=False) == "summaries"
+
+
 # ---- what a proxy's users share: the client's preamble ------------------------------------------------
 
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from homeai import tools as tool_calling
+from homeai.service import sampling
 from homeai.tools.formats import (Gemma, Gemma4, Generic, Granite, Harmony, Hermes, Llama3, Mistral, Phi4, QwenXML,
                                   for_template)
+from lanes import chat
 from tests.tools.replies import MALFORMED, REPLIES, plan_for
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "engine" / "templates"
@@ -234,6 +236,12 @@ def test_mistrals_grammar_holds_the_form_its_template_writes():
 
 def test_functiongemma_ends_its_reply_at_the_end_of_its_call():
     assert plan_for(Gemma).stops == ("<end_function_call>",) and plan_for(Hermes).stops == ()
+    # the form's stop joins the request's own (the sampler's params, as `Service.chat` makes them),
+    # past the request's MAX_STOPS, which count what a client sent
+    asked = sampling.SamplingAsk(stop=[f"s{i}" for i in range(sampling.MAX_STOPS)])
+    params = sampling.params(asked, chat.POLICY, None, plan_for(Gemma).stops)
+    assert params.stop == (*asked.stop, "<end_function_call>")
+    assert sampling.params(asked, chat.POLICY, None, plan_for(Hermes).stops).stop == tuple(asked.stop)
 
 
 HA_HISTORY = [  # Home Assistant's tool loop: a call (`content: null`, as OpenAI clients send it), its

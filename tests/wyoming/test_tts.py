@@ -142,6 +142,28 @@ async def test_streamed_text_is_spoken_a_sentence_at_a_time(port, stt):
         assert_heard(stt, pcm, start.rate, sentence)
 
 
+async def test_a_thought_spanning_many_chunks_and_sentences_is_never_spoken(port, stt):
+    """A thinking model's answer handed on as Home Assistant streams it: the thought's sentences
+    arrive in many chunks before the answer's; only the answer's sentences are spoken."""
+    thought = "<think>The user wants the lights on. I should check the kitchen first. Then confirm.</think>\n\n"
+    text = thought + " ".join(SENTENCES[:2])
+    async with connect(port) as client:
+        await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name=VOICE)).event())
+        for piece in pieces(text):
+            await client.write_event(SynthesizeChunk(text=piece).event())
+        await client.write_event(SynthesizeStop().event())
+        streams = []
+        while not SynthesizeStopped.is_type((event := await read(client)).type):
+            assert AudioStart.is_type(event.type), event
+            pcm = bytearray()
+            while not AudioStop.is_type((event := await read(client)).type):
+                pcm += AudioChunk.from_event(event).audio
+            streams.append(bytes(pcm))
+    assert len(streams) == 2  # the answer's two sentences, none of the thought's three
+    for sentence, pcm in zip(SENTENCES, streams):
+        assert_heard(stt, pcm, 22050, sentence)
+
+
 @pytest.mark.parametrize("event, field", [
     (Synthesize(text=SAID, voice=SynthesizeVoice(name="nobody")), "voice"),
     (Synthesize(text=""), "text"),
