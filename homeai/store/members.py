@@ -243,6 +243,8 @@ def _valid_name(name: str) -> str:
         raise ValueError("member name must not be empty")
     if len(name) > MAX_NAME_LEN:
         raise ValueError(f"member name must be at most {MAX_NAME_LEN} characters")
+    if "/" in name:  # `<member>/<user>` is a proxy's user (`Caller.key`): a member so named would be one
+        raise ValueError("member name must not contain '/' (a proxy's users are named <member>/<user>)")
     return name
 
 

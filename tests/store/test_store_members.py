@@ -189,3 +189,10 @@ def test_lanes_are_stored_per_member(new_session):
     with new_session() as s:  # read back from the database, not the session's objects
         listed = {m.name: members.allowed_lanes(m) for m in members.list_members(s)}
     assert listed == {"bob": ("chat",), "ha": ("voice", *DEFAULTS)}
+
+
+def test_a_member_name_cannot_be_a_proxys_user():
+    """`owui/alice` is how a proxy's user is shared (fair share, the prompt cache): a member so named
+    would be taken for that user, and reuse all of alice's cached cells."""
+    with pytest.raises(ValueError, match="must not contain '/'"):
+        members._valid_name("owui/alice")
