@@ -1,0 +1,79 @@
+"""`homeai bench owui` in its quick shape over the session's model: two users behind the proxy
+member, two turns each, sent two at a time, with the first three of Open WebUI's recorded tools.
+The report's fields exist, every turn was answered, and its counts are the cache's: the first
+user's first turn finds no preamble cached (nothing with these tools came before it), each user's
+second turn finds its own first turn's prompt (preamble included), and every prompt is the
+preamble and then a user's text. Speeds are the benchmark's to report, not asserted.
+
+Run: .venv/bin/python -m pytest tests/bench/test_owui_bench.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from homeai.bench import owui_bench
+from homeai.cli import build_parser
+from tests.conftest import small_config
+
+
+def test_the_command_line_names_the_benchmark():
+    args = build_parser().parse_args(["bench", "owui", "--out", "x"])
+    assert (args.workload, args.users, args.turns, args.max_tokens, args.tools, args.overlap) == \
+        ("owui", 3, 2, 32, 36, False)
+    with pytest.raises(SystemExit):  # 2 to 4 users: argparse names the choices
+        build_parser().parse_args(["bench", "owui", "--users", "5"])
+
+
+def test_a_shape_out_of_range_is_refused_by_name():
+    with pytest.raises(ValueError, match="users must be 2 to 4"):
+        owui_bench.Shape(users=1)
+    with pytest.raises(ValueError, match="turns must be at least 1"):
+        owui_bench.Shape(turns=0)
+    with pytest.raises(ValueError, match="tools must be at most 36"):
+        owui_bench.recorded_body(37)
+
+
+def test_users_take_turns_one_or_two_at_a_time():
+    shape = owui_bench.Shape(users=3, turns=2)
+    assert owui_bench.rotation(shape) == [[("A", 1)], [("B", 1)], [("C", 1)], [("A", 2)], [("B", 2)], [("C", 2)]]
+    # two at a time: never one user's two turns at once (C1 with A2: A1 has been answered)
+    assert owui_bench.rotation(dataclasses.replace(shape, overlap=True)) == [
+        [("A", 1), ("B", 1)], [("C", 1), ("A", 2)], [("B", 2), ("C", 2)]]
+
+
+def test_the_body_is_the_recorded_one():
+    body = owui_bench.recorded_body(36)
+    assert body["stream"] is True and len(body["tools"]) == 36
+    assert [m["role"] for m in body["messages"]] == ["user"]  # Open WebUI sends no system message
+
+
+@pytest.mark.model
+def test_quick_run_reports_what_the_cache_served(runner, tmp_path):
+    shape = dataclasses.replace(owui_bench.QUICK, overlap=True)
+    report = owui_bench.run(small_config(), shape=shape, out=tmp_path, runner=runner, progress=lambda *a, **k: None)
+    written = json.loads((tmp_path / "owui.json").read_text())
+    assert written["bench"] == "owui" and written["command"] == "homeai bench owui"
+    preamble = report["preamble_tokens"]
+    assert preamble > 300  # three tools' definitions rendered
+    turns = {(t["user"], t["turn"]): t for t in report["turns"]}
+    assert set(turns) == {(u, n) for u in "AB" for n in (1, 2)}
+    for key, t in turns.items():
+        assert t["status"] == 200 and t["error"] is None and t["ttft_ms"] > 0, (key, t)
+        assert t["prompt_tokens"] > preamble, (key, t)  # the preamble, then what the user wrote
+        assert t["preamble_cached"] == round(min(t["cached_tokens"], preamble) / preamble, 3), (key, t)
+    assert turns["A", 1]["preamble_cached"] < 0.5, turns["A", 1]  # cold: no turn with these tools came before
+    for user in "AB":  # a user's second turn opens with their first turn's whole prompt
+        second = turns[user, 2]
+        assert second["cached_tokens"] >= preamble and second["preamble_cached"] == 1.0, second
+    assert report["by_turn"]["2"]["cached_share"] > 0.5 and report["by_turn"]["2"]["preamble_cached"]["min"] == 1.0
+    assert report["overall"]["n"] == report["overall"]["answered"] == 4
+    assert report["after_first"]["n"] == 3 and set(report["by_user"]) == {"A", "B"}
+    for group in (*report["by_turn"].values(), *report["by_user"].values(), report["overall"]):
+        assert set(group["ttft_ms"]) == {"p50", "p95"} and group["ttft_ms"]["p50"] is not None
+    assert len(report["findings"]) == 2 and "preamble cached" in report["findings"][0]
+    markdown = (tmp_path / "owui.md").read_text()
+    assert "| from the second user's first on |" in markdown and f"Preamble (the tokens no user wrote): {preamble}" in markdown
