@@ -12,7 +12,7 @@
     homeai bench voice [--n 10] [--out bench-out] [--quick]
     homeai bench http --peer URL [--url URL] [--quick]
     homeai bench members [--samples 20] [--streams 30] [--carol-turns 10] [--trickle 1000] [--quick] [--out bench-out]
-    homeai bench owui [--users 3] [--turns 2] [--max-tokens 32] [--tools 36] [--overlap] [--quick] [--out bench-out]
+    homeai bench owui [--users 2] [--turns 2] [--max-tokens 32] [--tools 36] [--overlap] [--quick] [--out bench-out]
 
 The config file comes from --config, else $HOMEAI_CONFIG, else the built-in defaults.
 """
@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     members_bench.add_argument("--out", default="bench-out", help="folder for members.json and members.md")
     members_bench.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     owui = bsub.add_parser("owui", help="Open WebUI's users behind one proxy member taking turns with its 36-tool body")
-    owui.add_argument("--users", type=int, default=3, choices=range(2, 5), help="people behind the proxy (2 to 4)")
+    owui.add_argument("--users", type=int, default=2, choices=range(2, 5), help="people behind the proxy (2 to 4)")
     owui.add_argument("--turns", type=int, default=2, help="each user's messages")
     owui.add_argument("--max-tokens", type=int, default=32, help="each answer's length (short: the prompt side is measured)")
     owui.add_argument("--tools", type=int, default=36, help="the first this many of the recorded body's 36 tools")

@@ -1,7 +1,7 @@
 """`homeai bench owui`: Open WebUI's users behind one trusted proxy member, taking turns with the
 body Open WebUI sends (issue 54).
 
-Run: `homeai bench owui [--users 3] [--turns 2] [--max-tokens 32] [--tools 36] [--overlap] [--seed 0]
+Run: `homeai bench owui [--users 2] [--turns 2] [--max-tokens 32] [--tools 36] [--overlap] [--seed 0]
 [--out bench-out]`.
 Starts the daemon in-process on a free loopback port (the configured model, a throwaway database,
 auth on, uvicorn set up as `homeai serve` sets it up) and adds member `owui` as
@@ -19,7 +19,8 @@ tags, follow-ups) are left out.
 Users take turns: A1 B1 C1 A2 B2 C2 ..., each turn sent once the one before it answered; with
 `overlap`, two turns at a time (A1 with B1, C1 with A2, ...), as when one user's message came while
 another's cold prompt was read. Timed per turn: sent -> first chunk with content, a tool call or a
-finish reason (TTFT). Counted per turn: the usage's `prompt_tokens` and `cached_tokens`, and the
+finish reason (TTFT), and at the engine (its `on_finish` record) how long the request waited for
+admission, e.g. for room in a cache (queue). Counted per turn: the usage's `prompt_tokens` and `cached_tokens`, and the
 share of the *preamble* found in the cache. The preamble is what no user wrote: the prompt's
 tokens before the first one that depends on a user's message (the longest common prefix of the
 body's prompt with two different first messages, rendered as the service renders it, tool plan
@@ -32,10 +33,12 @@ p95 <= 5 s. Writes `owui.json` and `owui.md` under `--out`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -68,7 +71,7 @@ MESSAGES = {  # each user's own messages, a turn each (cycled past the last)
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    users: int = 3  # people behind the proxy (2 to 4)
+    users: int = 2  # people behind the proxy (2 to 4)
     turns: int = 2  # each user's messages
     max_tokens: int = 32  # each answer's length: short, so the prompt side is measured
     tools: int = 36  # the first this many of the recorded body's 36 tools (fewer: a shorter preamble, for tests)
@@ -151,15 +154,46 @@ class Turn:
     prompt_tokens: int | None
     cached_tokens: int | None
     preamble_cached: float | None  # share of the preamble found in the cache
+    queue_ms: float | None = None  # at the engine: arrival to admission
     tool_calls: int = 0
     error: str | None = None
+
+
+class EngineLog:
+    """The engine's record of each finished request (an `engine.on_finish` callback, on its loop
+    thread), by member key (`owui/<user>`)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_key: dict[str, list] = collections.defaultdict(list)
+
+    def observe(self, stats) -> None:
+        with self.lock:
+            self.by_key[stats.member].append(stats)
+
+    def count(self, key: str) -> int:
+        with self.lock:
+            return len(self.by_key[key])
+
+    async def after(self, key: str, n: int, timeout_s: float = 10.0):
+        """`key`'s record past its first `n` (the engine records a request just after its last
+        event is sent), or None."""
+        deadline = time.perf_counter() + timeout_s
+        while time.perf_counter() < deadline:
+            with self.lock:
+                if len(self.by_key[key]) > n:
+                    return self.by_key[key][n]
+            await asyncio.sleep(0.02)
+        return None
 
 
 class Users:
     """The people behind the proxy: each one's history, and their turns as sent."""
 
-    def __init__(self, url: str, token: str, header: str, model: str, shape: Shape, preamble: int, progress):
+    def __init__(self, url: str, token: str, header: str, model: str, shape: Shape, preamble: int, log: EngineLog,
+                 progress):
         self.url, self.header, self.shape, self.preamble, self.progress = url, header, shape, preamble, progress
+        self.log = log
         self.auth = {"Authorization": f"Bearer {token}"}
         self.body = {**recorded_body(shape.tools), "model": model}
         self.history: dict[str, list[dict]] = {user: [] for user in list(USER_IDS)[:shape.users]}
@@ -180,18 +214,21 @@ class Users:
         asked = {"role": "user", "content": message(user, turn)}
         body = {**self.body, "messages": [*self.history[user], asked], "max_tokens": self.shape.max_tokens,
                 "seed": self.shape.seed * 1000 + order, "stream_options": {"include_usage": True}}
-        sent, answer = time.perf_counter(), Answer(None)
+        key, sent, answer = f"{PROXY}/{USER_IDS[user]}", time.perf_counter(), Answer(None)
+        before = self.log.count(key)
         try:
             await asyncio.wait_for(stream_chat(client, body, {self.header: USER_IDS[user]}, answer=answer), TIMEOUT_S)
         except (TimeoutError, asyncio.TimeoutError, httpx.HTTPError) as e:  # what came before it is kept
             answer.error = answer.error or f"{type(e).__name__}: {e}"[:200]
+        record = await self.log.after(key, before) if answer.status == 200 else None
+        queue_ms = None if record is None or record.queue_ms is None else round(record.queue_ms, 1)
         self.history[user] += [asked, *_reply(answer)]
         cached = answer.cached_tokens
         share = None if cached is None else round(min(cached, self.preamble) / self.preamble, 3)
         sample = Turn(order, user, turn, round(sent - self.started, 2), answer.status, _ms(answer.first_s),
-                      _ms(answer.total_s), answer.prompt_tokens, cached, share, len(answer.calls), answer.error)
+                      _ms(answer.total_s), answer.prompt_tokens, cached, share, queue_ms, len(answer.calls), answer.error)
         self.turns.append(sample)
-        self.progress(f"  {user}{turn}: TTFT {sample.ttft_ms} ms, cached {cached}/{answer.prompt_tokens} "
+        self.progress(f"  {user}{turn}: TTFT {sample.ttft_ms} ms (queued {queue_ms} ms), cached {cached}/{answer.prompt_tokens} "
                       f"(preamble {share}){f'; {answer.error}' if answer.error else ''}", flush=True)
 
 
@@ -233,8 +270,9 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
             progress(f"model {model}; {shape.users} users x {shape.turns} turns through member {PROXY!r}, "
                      f"{len(body['tools'])} tools: a {preamble}-token preamble", flush=True)
             _warm_up(url, token, header, served)
-            load = os.getloadavg()
-            turns = asyncio.run(Users(url, token, header, served, shape, preamble, progress).run())
+            log, load = EngineLog(), os.getloadavg()
+            runtime.engine.on_finish.append(log.observe)
+            turns = asyncio.run(Users(url, token, header, served, shape, preamble, log, progress).run())
     report = build_report(shape, turns, preamble=preamble, model=model, machine=machine,
                           load=[round(x, 2) for x in (*load, *os.getloadavg())])
     write(report, out, command)
@@ -278,11 +316,13 @@ def _warm_up(url: str, token: str, header: str, model: str) -> None:
 def stats(turns: list[Turn]) -> dict:
     """TTFT p50/p95 and what the cache served, over `turns`."""
     ttfts = [t.ttft_ms for t in turns if t.ttft_ms is not None]
+    queues = [t.queue_ms for t in turns if t.queue_ms is not None]
     counted = [t for t in turns if t.prompt_tokens is not None and t.cached_tokens is not None]
     prompt, cached = sum(t.prompt_tokens for t in counted), sum(t.cached_tokens for t in counted)
     shares = [t.preamble_cached for t in counted]
     return {"n": len(turns), "answered": sum(t.status == 200 and t.ttft_ms is not None for t in turns),
             "ttft_ms": {"p50": percentile(ttfts, 50), "p95": percentile(ttfts, 95)},
+            "queue_ms": {"p50": percentile(queues, 50), "p95": percentile(queues, 95)},
             "prompt_tokens": prompt, "cached_tokens": cached,
             "cached_share": round(cached / prompt, 3) if prompt else None,
             "preamble_cached": {"mean": round(sum(shares) / len(shares), 3) if shares else None,
@@ -327,26 +367,27 @@ def write(report: dict, out: Path, command: str = "homeai bench owui") -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "owui.json").write_text(json.dumps({**report, "command": command}, indent=2))
     s, load = report["shape"], report["load_average"]
-    rows = ["| turns | n | answered | TTFT p50 / p95 (ms) | prompt tokens cached | preamble cached, mean / min "
-            "| tool calls |", "|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| turns | n | answered | TTFT p50 / p95 (ms) | queued p50 / p95 (ms) | prompt tokens cached "
+            "| preamble cached, mean / min | tool calls |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     groups = [*((f"turn {n}", g) for n, g in report["by_turn"].items()),
               *((f"user {u}", g) for u, g in report["by_user"].items()),
               ("all", report["overall"]), ("from the second user's first on", report["after_first"])]
     for name, g in groups:
         rows.append(f"| {name} | {g['n']} | {g['answered']} | {g['ttft_ms']['p50']} / {g['ttft_ms']['p95']} | "
-                    f"{_pct(g['cached_share'])} | {_pct(g['preamble_cached']['mean'])} / "
+                    f"{g['queue_ms']['p50']} / {g['queue_ms']['p95']} | {_pct(g['cached_share'])} | {_pct(g['preamble_cached']['mean'])} / "
                     f"{_pct(g['preamble_cached']['min'])} | {g['tool_calls']} |")
-    each = ["| # | user | turn | sent at (s) | TTFT (ms) | prompt tokens | cached | preamble cached | status |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    each = ["| # | user | turn | sent at (s) | TTFT (ms) | queued (ms) | prompt tokens | cached | preamble cached "
+            "| status |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for t in report["turns"]:
-        each.append(f"| {t['order'] + 1} | {t['user']} | {t['turn']} | {t['sent_s']} | {t['ttft_ms']} | "
+        each.append(f"| {t['order'] + 1} | {t['user']} | {t['turn']} | {t['sent_s']} | {t['ttft_ms']} | {t['queue_ms']} | "
                     f"{t['prompt_tokens']} | {t['cached_tokens']} | {_pct(t['preamble_cached'])} | "
                     f"{t['status']}{'; ' + t['error'] if t['error'] else ''} |")
     text = ["# Open WebUI's users behind one proxy member", "", f"Command: `{command}`", "",
             f"Model {report['model']}; {report['machine']}. Member `{PROXY}` (a trusted proxy), {s['users']} users x "
             f"{s['turns']} turns, {'two turns at a time' if s['overlap'] else 'one turn at a time'}; the recorded "
             f"body ({report['fixture']}) with {s['tools']} tools, streamed, answers of {s['max_tokens']} tokens. "
-            f"Preamble (the tokens no user wrote): {report['preamble_tokens']}. Load average before "
+            f"Preamble (the tokens no user wrote): {report['preamble_tokens']}. Queued: at the engine, arrival to "
+            f"admission. Load average before "
             f"{', '.join(map(str, load['before']))}, after {', '.join(map(str, load['after']))}.", "",
             *rows, "", *each, "", *[f"* {line}" for line in report["findings"]], ""]
     (out / "owui.md").write_text("\n".join(text))

@@ -23,7 +23,7 @@ from tests.conftest import small_config
 def test_the_command_line_names_the_benchmark():
     args = build_parser().parse_args(["bench", "owui", "--out", "x"])
     assert (args.workload, args.users, args.turns, args.max_tokens, args.tools, args.overlap) == \
-        ("owui", 3, 2, 32, 36, False)
+        ("owui", 2, 2, 32, 36, False)
     with pytest.raises(SystemExit):  # 2 to 4 users: argparse names the choices
         build_parser().parse_args(["bench", "owui", "--users", "5"])
 
@@ -63,6 +63,7 @@ def test_quick_run_reports_what_the_cache_served(runner, tmp_path):
     assert set(turns) == {(u, n) for u in "AB" for n in (1, 2)}
     for key, t in turns.items():
         assert t["status"] == 200 and t["error"] is None and t["ttft_ms"] > 0, (key, t)
+        assert 0 <= t["queue_ms"] < t["ttft_ms"], (key, t)  # the engine's record of this very request
         assert t["prompt_tokens"] > preamble, (key, t)  # the preamble, then what the user wrote
         assert t["preamble_cached"] == round(min(t["cached_tokens"], preamble) / preamble, 3), (key, t)
     assert turns["A", 1]["preamble_cached"] < 0.5, turns["A", 1]  # cold: no turn with these tools came before
@@ -74,6 +75,7 @@ def test_quick_run_reports_what_the_cache_served(runner, tmp_path):
     assert report["after_first"]["n"] == 3 and set(report["by_user"]) == {"A", "B"}
     for group in (*report["by_turn"].values(), *report["by_user"].values(), report["overall"]):
         assert set(group["ttft_ms"]) == {"p50", "p95"} and group["ttft_ms"]["p50"] is not None
+        assert group["queue_ms"]["p95"] is not None
     assert len(report["findings"]) == 2 and "preamble cached" in report["findings"][0]
     markdown = (tmp_path / "owui.md").read_text()
     assert "| from the second user's first on |" in markdown and f"Preamble (the tokens no user wrote): {preamble}" in markdown
