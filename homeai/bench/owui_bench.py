@@ -20,8 +20,9 @@ Users take turns: A1 B1 C1 A2 B2 C2 ..., each turn sent once the one before it a
 `overlap`, two turns at a time (A1 with B1, C1 with A2, ...), as when one user's message came while
 another's cold prompt was read. Timed per turn: sent -> first chunk with content, a tool call or a
 finish reason (TTFT), and at the engine (its `on_finish` record) how long the request waited for
-admission, e.g. for room in a cache (queue). Counted per turn: the usage's `prompt_tokens` and `cached_tokens`, and the
-share of the *preamble* found in the cache. The preamble is what no user wrote: the prompt's
+admission, e.g. for room in a cache (queue); over the run, each KV cache's peak cells held by live
+sequences and with cached prefixes (where the turns were placed). Counted per turn: the usage's
+`prompt_tokens` and `cached_tokens`, and the share of the *preamble* found in the cache. The preamble is what no user wrote: the prompt's
 tokens before the first one that depends on a user's message (the longest common prefix of the
 body's prompt with two different first messages, rendered as the service renders it, tool plan
 included). The cache serves a prompt's leading tokens, so a turn's cached preamble is
@@ -40,6 +41,7 @@ import os
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -187,6 +189,35 @@ class EngineLog:
         return None
 
 
+@contextmanager
+def cache_peaks(engine, interval_s: float = 0.25):
+    """Each KV cache's peak cells while the block runs, sampled from the engine's state: yields a
+    dict filled in when the block ends, {cache: {cells_total, peak_used, peak_held}} (held: live
+    sequences' cells and cached prefixes')."""
+    peaks: dict[str, dict] = {}
+    stop = threading.Event()
+
+    def sample() -> None:
+        for name, cache in engine.state().caches.items():
+            peak = peaks.setdefault(name, {"cells_total": cache.cells_total, "peak_used": 0, "peak_held": 0})
+            peak["peak_used"] = max(peak["peak_used"], cache.cells_used)
+            peak["peak_held"] = max(peak["peak_held"], cache.cells_used + cache.cells_cached)
+
+    def watch() -> None:
+        while not stop.wait(interval_s):
+            sample()
+
+    thread = threading.Thread(target=watch, name="bench-owui-caches", daemon=True)
+    sample()
+    thread.start()
+    try:
+        yield peaks
+    finally:
+        stop.set()
+        thread.join()
+        sample()
+
+
 class Users:
     """The people behind the proxy: each one's history, and their turns as sent."""
 
@@ -275,9 +306,10 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
             _warm_up(url, token, header, served)
             log, load = EngineLog(), os.getloadavg()
             runtime.engine.on_finish.append(log.observe)
-            turns = asyncio.run(Users(url, token, header, served, shape, preamble, log, progress).run())
+            with cache_peaks(runtime.engine) as caches:
+                turns = asyncio.run(Users(url, token, header, served, shape, preamble, log, progress).run())
     report = build_report(shape, turns, preamble=preamble, model=model, machine=machine,
-                          load=[round(x, 2) for x in (*load, *os.getloadavg())])
+                          load=[round(x, 2) for x in (*load, *os.getloadavg())], caches=caches)
     write(report, out, command)
     for line in report["findings"]:
         progress(line, flush=True)
@@ -334,11 +366,11 @@ def stats(turns: list[Turn]) -> dict:
 
 
 def build_report(shape: Shape, turns: list[Turn], *, preamble: int, model: str, machine: str,
-                 load: list[float]) -> dict:
+                 load: list[float], caches: dict | None = None) -> dict:
     users = list(USER_IDS)[:shape.users]
     report = {"bench": "owui", "model": model, "machine": machine, "shape": dataclasses.asdict(shape),
               "fixture": str(FIXTURE.relative_to(FIXTURE.parents[3])), "preamble_tokens": preamble,
-              "load_average": {"before": load[:3], "after": load[3:]},
+              "load_average": {"before": load[:3], "after": load[3:]}, "caches": caches or {},
               "by_turn": {str(n): stats([t for t in turns if t.turn == n]) for n in range(1, shape.turns + 1)},
               "by_user": {u: stats([t for t in turns if t.user == u]) for u in users},
               "overall": stats(turns),
@@ -365,6 +397,12 @@ def findings(report: dict) -> list[str]:
 
 def _pct(share: float | None) -> str:
     return "-" if share is None else f"{share * 100:.0f}%"
+
+
+def _caches_line(caches: dict) -> str:
+    peaks = "; ".join(f"{name} {c['peak_used']:,} / {c['peak_held']:,} of {c['cells_total']:,}"
+                      for name, c in caches.items())
+    return f"KV caches over the turns, peak cells held by live sequences / with cached prefixes: {peaks or '-'}."
 
 
 def _n(ms: float | None) -> str:
@@ -399,5 +437,6 @@ def write(report: dict, out: Path, command: str = "homeai bench owui") -> None:
             f"Preamble (the tokens no user wrote): {report['preamble_tokens']}. Queued: at the engine, arrival to "
             f"admission. Load average before "
             f"{', '.join(map(str, load['before']))}, after {', '.join(map(str, load['after']))}.", "",
-            *rows, "", *each, "", *[f"* {line}" for line in report["findings"]], ""]
+            *rows, "", *each, "", _caches_line(report.get("caches") or {}), "",
+            *[f"* {line}" for line in report["findings"]], ""]
     (out / "owui.md").write_text("\n".join(text))

@@ -2,8 +2,9 @@
 member, two turns each, sent two at a time, with the first three of Open WebUI's recorded tools.
 The report's fields exist, every turn was answered, and its counts are the cache's: the first
 user's first turn finds no preamble cached (nothing with these tools came before it), each user's
-second turn finds its own first turn's prompt (preamble included), and every prompt is the
-preamble and then a user's text. Speeds are the benchmark's to report, not asserted.
+second turn finds its own first turn's prompt (preamble included), every prompt is the
+preamble and then a user's text, and a cache held a cold prompt's cells while it was read.
+Speeds are the benchmark's to report, not asserted.
 
 Run: .venv/bin/python -m pytest tests/bench/test_owui_bench.py
 """
@@ -103,6 +104,9 @@ def test_quick_run_reports_what_the_cache_served(runner, tmp_path):
         assert set(group["ttft_ms"]) == {"p50", "p95"} and group["ttft_ms"]["p50"] is not None
         assert group["queue_ms"]["p95"] is not None
     assert len(report["findings"]) == 2 and "preamble cached" in report["findings"][0]
+    caches = report["caches"]  # the engine's caches, sampled: a cold prompt's cells were held live
+    assert "main" in caches and all(c["cells_total"] >= c["peak_held"] >= c["peak_used"] for c in caches.values())
+    assert max(c["peak_used"] for c in caches.values()) > preamble, caches
     markdown = (tmp_path / "owui.md").read_text()
     assert "| from the second user's first on |" in markdown
     assert f"Preamble (the tokens no user wrote): {preamble}" in markdown
