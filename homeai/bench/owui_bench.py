@@ -22,13 +22,13 @@ another's cold prompt was read. Timed per turn: sent -> first chunk with content
 finish reason (TTFT), and at the engine (its `on_finish` record) how long the request waited for
 admission, e.g. for room in a cache (queue); over the run, each KV cache's peak cells held by live
 sequences and with cached prefixes (where the turns were placed). Counted per turn: the usage's
-`prompt_tokens` and `cached_tokens`, and the share of the *preamble* found in the cache. The preamble is what no user wrote: the prompt's
-tokens before the first one that depends on a user's message (the longest common prefix of the
-body's prompt with two different first messages, rendered as the service renders it, tool plan
-included). The cache serves a prompt's leading tokens, so a turn's cached preamble is
-min(cached, preamble). Reported per turn index, per user, overall, and from the second user's first
-turn on, against issue 54's target there: >= 90% of the preamble cached on every turn and TTFT
-p95 <= 5 s. Writes `owui.json` and `owui.md` under `--out`.
+`prompt_tokens` and `cached_tokens`, and the share of the *preamble* found in the cache. The
+preamble is what no user wrote: the prompt's tokens before the first one that depends on a user's
+message (the longest common prefix of the body's prompt with two different first messages,
+rendered as the service renders it, tool plan included). The cache serves a prompt's leading
+tokens, so a turn's cached preamble is min(cached, preamble). Reported per turn index, per user,
+overall, and from the second user's first turn on, against issue 54's target there: >= 90% of the
+preamble cached on every turn and TTFT p95 <= 5 s. Writes `owui.json` and `owui.md` under `--out`.
 """
 
 from __future__ import annotations
