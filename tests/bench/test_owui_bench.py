@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from homeai.bench import owui_bench
+from homeai.bench import members_bench, owui_bench
 from homeai.cli import build_parser
 from tests.conftest import small_config
 
@@ -50,6 +50,21 @@ def test_the_body_is_the_recorded_one():
     body = owui_bench.recorded_body(36)
     assert body["stream"] is True and len(body["tools"]) == 36
     assert [m["role"] for m in body["messages"]] == ["user"]  # Open WebUI sends no system message
+
+
+def test_a_streamed_tool_call_goes_into_the_history_whole():
+    """OpenAI streams a call as its id and name, then its arguments: joined, it goes back in the
+    history with a result, as a client keeps it."""
+    calls: list[dict] = []
+    members_bench._join_call(calls, {"index": 0, "id": "call_7", "type": "function",
+                                     "function": {"name": "get_current_timestamp", "arguments": ""}})
+    members_bench._join_call(calls, {"index": 0, "function": {"arguments": "{}"}})
+    history = owui_bench._reply(members_bench.Answer(200, text="", calls=calls))
+    assert history == [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_7", "type": "function", "function": {"name": "get_current_timestamp", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_7", "content": ""}]
+    assert owui_bench._reply(members_bench.Answer(200, text="Hello.")) == [{"role": "assistant", "content": "Hello."}]
 
 
 def _turns(*rows) -> list[owui_bench.Turn]:
