@@ -12,6 +12,7 @@
     homeai bench voice [--n 10] [--out bench-out] [--quick]
     homeai bench http --peer URL [--url URL] [--quick]
     homeai bench members [--samples 20] [--streams 30] [--carol-turns 10] [--trickle 1000] [--quick] [--out bench-out]
+    homeai bench owui [--users 2] [--turns 2] [--max-tokens 32] [--tools 36] [--overlap] [--quick] [--out bench-out]
 
 The config file comes from --config, else $HOMEAI_CONFIG, else the built-in defaults.
 """
@@ -145,6 +146,16 @@ def build_parser() -> argparse.ArgumentParser:
     members_bench.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     members_bench.add_argument("--out", default="bench-out", help="folder for members.json and members.md")
     members_bench.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    owui = bsub.add_parser("owui", help="Open WebUI's users behind one proxy member taking turns with its 36-tool body")
+    owui.add_argument("--users", type=int, default=2, choices=range(2, 5), help="people behind the proxy (2 to 4)")
+    owui.add_argument("--turns", type=int, default=2, help="each user's messages")
+    owui.add_argument("--max-tokens", type=int, default=32, help="each answer's length (short: the prompt side is measured)")
+    owui.add_argument("--tools", type=int, default=36, help="the first this many of the recorded body's 36 tools")
+    owui.add_argument("--overlap", action="store_true", help="two users' turns at a time instead of one")
+    owui.add_argument("--seed", type=int, default=0)
+    owui.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    owui.add_argument("--out", default="bench-out", help="folder for owui.json and owui.md")
+    owui.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -314,6 +325,10 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         from homeai.bench import members_bench
 
         return members_bench.main(cfg, args)
+    if args.workload == "owui":
+        from homeai.bench import owui_bench
+
+        return owui_bench.main(cfg, args)
     if args.workload == "voice":
         from homeai.bench.voice_bench import run
 

@@ -154,13 +154,17 @@ class Answer:
     chunks: int = 0
     tokens: int | None = None  # the usage chunk's completion_tokens, when asked for
     error: str | None = None
+    prompt_tokens: int | None = None  # the usage chunk's, when asked for
+    cached_tokens: int | None = None  # of them, found in the prompt cache (its prompt_tokens_details)
+    text: str = ""  # the content, whole
+    calls: list[dict] = dataclasses.field(default_factory=list)  # tool calls, their streamed parts joined
 
 
 async def stream_chat(client: httpx.AsyncClient, body: dict, headers: dict | None = None,
                       on_status=None, on_chunk=None, answer: Answer | None = None) -> Answer:
     """One streamed chat completion, read to its end, into `answer` (the caller's, so what came
     before a timeout is kept); `on_status(code)` once the answer's head came, `on_chunk()` per
-    content chunk."""
+    content chunk. The first chunk with content, a tool call or a finish reason is the first token."""
     sent, answer = time.perf_counter(), answer or Answer(None)
     async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
         answer.status = response.status_code
@@ -173,17 +177,40 @@ async def stream_chat(client: httpx.AsyncClient, body: dict, headers: dict | Non
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            answer.tokens = (chunk.get("usage") or {}).get("completion_tokens", answer.tokens)
+            if chunk.get("usage"):
+                _usage(answer, chunk["usage"])
             for choice in chunk.get("choices", ()):
-                content = choice.get("delta", {}).get("content")
+                delta = choice.get("delta", {})
+                content, calls = delta.get("content"), delta.get("tool_calls")
                 if content:
                     answer.chunks += 1
+                    answer.text += content
                     if on_chunk:
                         on_chunk()
-                if answer.first_s is None and (content or choice.get("finish_reason")):
+                for call in calls or ():
+                    _join_call(answer.calls, call)
+                if answer.first_s is None and (content or calls or choice.get("finish_reason")):
                     answer.first_s = time.perf_counter() - sent
     answer.total_s = time.perf_counter() - sent
     return answer
+
+
+def _usage(answer: Answer, usage: dict) -> None:
+    answer.tokens = usage.get("completion_tokens", answer.tokens)
+    answer.prompt_tokens = usage.get("prompt_tokens", answer.prompt_tokens)
+    answer.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", answer.cached_tokens)
+
+
+def _join_call(calls: list[dict], part: dict) -> None:
+    """A streamed tool call's part into `calls`: its first part (id, name) opens it, the next ones
+    add to its arguments, as OpenAI streams a call."""
+    index = part.get("index", len(calls))
+    while len(calls) <= index:
+        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    call, function = calls[index], part.get("function") or {}
+    call["id"] = part.get("id") or call["id"]
+    call["function"]["name"] += function.get("name") or ""
+    call["function"]["arguments"] += function.get("arguments") or ""
 
 
 def _error(text: str) -> str:
