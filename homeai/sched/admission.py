@@ -143,10 +143,13 @@ class Admission:
     def fits(self, request: Request, num_decoding: Mapping[Pool, int], pool: Pool | None = None) -> bool:
         """A free sequence id and cells for a waiting request in `pool` (its own, `Request.pool`, if
         not given), leaving a cell per decoding sequence (`num_decoding`, per pool) for the next step,
-        and an interactive request in the main cache the sequence ids background keeps there."""
+        and an interactive request in the main cache the sequence ids background keeps there. Cells a
+        live sequence there would lend it are not asked for again (`KVPools.fits_sharing`)."""
         pool = pool or request.pool
         num_free = self.pools.num_free_seqs(pool)
-        if not num_free or not self.pools.fits(pool, request.num_tokens, num_decoding.get(pool, 0)):
+        headroom = num_decoding.get(pool, 0)
+        if not num_free or not (self.pools.fits(pool, request.num_tokens, headroom)
+                                or self.pools.fits_sharing(request, pool, headroom)):
             return False
         if request.interactive and pool is Pool.MAIN:
             return num_free > self.share.seq_reserve(self.waiting)

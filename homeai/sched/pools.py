@@ -111,6 +111,20 @@ class KVPools:
         """A sequence id and `num_cells` cells, `headroom` more kept free (cached prefixes evicted)."""
         return self.kv[pool].can_admit(num_cells, headroom)
 
+    def fits_sharing(self, request: Request, pool: Pool, headroom: int = 0) -> bool:
+        """Room in `pool` for a waiting request that would start from a live sequence's cells there
+        (borrowed, counted once against their holder: `_admit_reusing`): a sequence id and its cells
+        past them. Asked when its whole length does not fit: two users of one proxy, the first still
+        writing its answer after the preamble both share, need the second's own text only, not a
+        second preamble beside the first (which a cache sized for one would send to another cache
+        to be read again). A cached entry's cells count as room already (`fits`)."""
+        if pool not in self.cache:
+            return False
+        tokens = _prompt_array(request) if not request.output_tokens else \
+            np.asarray(request.tokens_slice(0, request.num_tokens), dtype=np.int32)
+        _live, n_live = self._best_live(request, pool, tokens, request.num_tokens - 1)
+        return n_live >= self.min_reuse and self.kv[pool].can_admit(request.num_tokens - n_live, headroom)
+
     def num_free_seqs(self, pool: Pool) -> int:
         """Sequence ids free or held by cached prefixes."""
         return len(self.kv[pool].free_seq_ids) + len(self.kv[pool].cached)

@@ -136,6 +136,23 @@ def test_users_arriving_together_read_the_preamble_once():
     assert len(copies(runner)) == 2 and all(op.length == CLIENT for op in copies(runner))
 
 
+def test_users_arriving_together_share_the_preamble_in_a_cache_that_holds_one():
+    """Open WebUI's two users at once, with an interactive cache that holds one preamble: the second
+    waits for the first's read, then borrows its cells there (its own text is all it needs), rather
+    than read the preamble again in the main cache beside it (each slowing the other's)."""
+    sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64, num_cells=1000, num_seqs=4,
+                                     interactive_cells=400), FakeRunner()
+    alice, bob = (ask(PREAMBLE + [k] * 20, f"owui/{name}", max_tokens=4) for k, name in ((1, "alice"), (2, "bob")))
+    for r in (alice, bob):
+        sched.add_request(r)
+    run_until_idle(sched, runner)
+    assert alice.finished and bob.finished
+    assert alice.pool is bob.pool is Pool.INTERACTIVE, (alice.pool, bob.pool)
+    assert sorted(r.num_cached_tokens for r in (alice, bob)) == [0, CLIENT]
+    read = sum(len(i.tokens) for plan in runner.plans for i in plan.items if i.start < CLIENT)
+    assert read < 2 * CLIENT, f"the preamble was read {read / CLIENT:.1f} times"
+
+
 def test_a_user_still_reading_private_text_is_not_waited_for():
     sched, runner = cached(max_step_tokens=64), FakeRunner()
     alice = ask(PREAMBLE + list(range(5000, 5200)), "owui/alice", max_tokens=4)
