@@ -14,7 +14,9 @@ def chat(runner, text: str) -> list[int]:
 
 
 def test_a_members_chat_goes_before_another_members_queued_flood(runner, make_engine):
-    engine = make_engine(num_seqs=4)
+    # Two sequence ids per cache: a chat goes in whichever of its two caches has room (the interactive
+    # one, then the main one: issue 54), so alice's readers fill all four before her first answer ends.
+    engine = make_engine(num_seqs=2)
     flood = [engine.submit(chat(runner, f"Tell me a long story about lighthouse number {i}."), lane="chat",
                            member="alice", params=SamplingParams(temperature=0.8, seed=i, max_tokens=48,
                                                                  ignore_eos=True))
