@@ -276,7 +276,7 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
     if args.workload == "engine":
         from homeai.bench.engine_bench import engine_throughput, planning_cost, report
         from homeai.engine.engine import create_engine
-        from homeai.engine.runner import Runner
+        from homeai.llama import Runner
         from homeai.models import generation_model
 
         seqs = [int(s) for s in args.seqs.split(",")]
@@ -340,7 +340,7 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
 def run_grammar(cfg: config_mod.Config, args) -> int:
     from homeai.bench.grammar_bench import grammar_throughput, report
     from homeai.engine.engine import create_engine
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from homeai.models import generation_model
 
     runner = Runner(cfg.model, generation_model(cfg))
@@ -361,7 +361,7 @@ def run_neighbour(cfg: config_mod.Config, args) -> int:
     from homeai import threads
     from homeai.bench import neighbour
     from homeai.engine.engine import create_engine
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from homeai.models import generation_model
 
     runner = Runner(cfg.model, generation_model(cfg))
@@ -402,7 +402,7 @@ def run_multiturn(cfg: config_mod.Config, args) -> int:
 
     runner = None
     if not args.simulate:
-        from homeai.engine.runner import Runner
+        from homeai.llama import Runner
         from homeai.models import generation_model
 
         runner = Runner(cfg.model, generation_model(cfg))
@@ -442,7 +442,7 @@ def run_workloads(cfg: config_mod.Config, args) -> int:
 
     runner = None
     if not args.simulate:
-        from homeai.engine.runner import Runner
+        from homeai.llama import Runner
         from homeai.models import generation_model
 
         runner = Runner(cfg.model, generation_model(cfg))

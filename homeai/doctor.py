@@ -38,7 +38,7 @@ def _writable(path: Path) -> str:
 
 def facts(cfg: Config) -> dict:
     from homeai.engine import gpu
-    from homeai.engine.runner import backend_facts
+    from homeai.llama import backend_facts
 
     backend = backend_facts()
     out = {"homeai": __version__, "config": cfg.source, "backends": backend["backends"],
@@ -145,7 +145,7 @@ def _memory(on_gpu: bool) -> tuple[str, int]:
 def _chat_template(model: Path, configured: str = "") -> tuple[str, str | None]:
     """Which chat template formats prompts and why, and a warning when it is a guess or stands in
     for one that does not compile; a `model.chat_template` that names nothing is said in full."""
-    from homeai.engine.runner import RunnerError, chat_template_choice
+    from homeai.llama import RunnerError, chat_template_choice
     from homeai.engine.template import TemplateCompileError
 
     try:
@@ -170,7 +170,7 @@ def _turn_formats() -> str:
 
 def _kv_caches(cfg: Config, model: Path) -> str:
     """Cells and bytes of each generation cache, and how they were sized (homeai.engine.kvsize)."""
-    from homeai.engine.runner import kv_sizes
+    from homeai.llama import kv_sizes
 
     sizes = kv_sizes(cfg.model, model)
     if sizes is None:

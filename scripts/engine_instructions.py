@@ -58,10 +58,10 @@ from types import SimpleNamespace
 from homeai.bench.engine_bench import _prompts
 from homeai.bench.raw_loop import raw_batched_decode
 from homeai.config import from_dict
-from homeai.engine import runner as runner_mod
+from homeai.llama import runner as runner_mod
 from homeai.engine import engine as engine_mod
 from homeai.engine.engine import Engine, _last, create_engine
-from homeai.engine.runner import Runner
+from homeai.llama import Runner
 from homeai.sched.plan import ScheduledItem, StepPlan, StepResult
 from homeai.sched.pools import Pool
 from homeai.sched.request import Kind, Sample, SamplingParams

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from homeai.config import from_dict
-from homeai.engine.runner import Runner
+from homeai.llama import Runner
 from homeai.sched.pools import Pool
 
 

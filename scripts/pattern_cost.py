@@ -19,7 +19,9 @@ import llama_cpp as ll
 import numpy as np
 
 from homeai.config import GrammarConfig, from_dict
-from homeai.engine.runner import _Candidates, _init_backend, json_schema_grammar
+from homeai.llama.grammar import json_schema_grammar
+from homeai.llama.model import init_backend
+from homeai.llama.sampling import Candidates
 from homeai.models import generation_model
 from homeai.tools.patterns import PatternError, check
 
@@ -32,12 +34,12 @@ DEFAULT = ["^[a-z]+$@@abc", "^((([a-z])+)+)+$@@abc", "^(((([a-z])+)+)+)+$@@abc",
 
 
 def main(lines: list[str]) -> None:
-    _init_backend()
+    init_backend()
     params = ll.llama_model_default_params()
     params.vocab_only = True
     model = ll.llama_model_load_from_file(str(generation_model(from_dict({"model": {}}))).encode(), params)
     vocab = ll.llama_model_get_vocab(model)
-    candidates = _Candidates(ll.llama_vocab_n_tokens(vocab))
+    candidates = Candidates(ll.llama_vocab_n_tokens(vocab))
     logits = np.random.default_rng(0).random(len(candidates.ids), dtype=np.float32)
     limits = GrammarConfig()
     for line in lines:
@@ -52,7 +54,7 @@ def main(lines: list[str]) -> None:
     ll.llama_model_free(model)
 
 
-def weigh(vocab, candidates: _Candidates, logits: np.ndarray, gbnf: str, text: str) -> float:
+def weigh(vocab, candidates: Candidates, logits: np.ndarray, gbnf: str, text: str) -> float:
     sampler = ll.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
     if not sampler:
         raise SystemExit(f"llama.cpp refused the grammar of {gbnf[:200]!r}")

@@ -28,7 +28,7 @@ from homeai.bench.engine_bench import _engine_run, _prompts
 from homeai.bench.raw_loop import raw_batched_decode
 from homeai.config import from_dict
 from homeai.engine import engine as engine_mod
-from homeai.engine import runner as runner_mod
+from homeai.llama import runner as runner_mod, sampling
 from homeai.engine import text as text_mod
 from homeai.engine.engine import create_engine
 from homeai.sched import scheduler as sched_mod
@@ -74,7 +74,7 @@ def instrument(timers: Timers, runner) -> None:
     timers.wrap(runner_mod.Runner, "run", "run")
     timers.wrap(type(runner.batch), "fill", "fill")
     timers.wrap(runner_mod.ll, "llama_decode", "decode")
-    timers.wrap(runner_mod.Runner, "_sample", "sample")
+    timers.wrap(sampling.Sampler, "sample", "sample")
     timers.wrap(engine_mod.Engine, "_deliver", "deliver")
     timers.wrap(runner_mod.Runner, "piece", "piece")
     timers.wrap(text_mod.TextStream, "add", "text")

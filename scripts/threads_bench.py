@@ -8,7 +8,7 @@ printed as it comes (the box is shared), then medians and ratios to all cores.
 import argparse, os, random, statistics, subprocess
 import llama_cpp as ll
 from tests.conftest import small_config
-from homeai.engine.runner import Runner
+from homeai.llama import Runner
 from homeai.engine.engine import Engine
 from homeai.sched.scheduler import SchedulerLimits
 from homeai.sched.request import SamplingParams

@@ -21,7 +21,7 @@ def small_config(**model):
 
 @pytest.fixture(scope="session")
 def runner():
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from homeai.models import generation_model
 
     cfg = small_config()
@@ -50,7 +50,7 @@ def gemma_gguf() -> str:
 def gemma_runner():
     """One loaded Gemma 3 270M per test session: the second family (sliding-window attention, a
     262k vocabulary, no chat template in its GGUF)."""
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from pathlib import Path
 
     cfg = small_config(path=gemma_gguf())

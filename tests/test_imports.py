@@ -11,6 +11,8 @@ deferred import only hides a loop, it does not remove it.
   (homeai.sched) knows neither the engine, nor the service, nor the API, and the lanes (policies
   the scheduler reads as plain data) import nothing of homeai. Every room stands on one of the
   floors of docs/architecture.md (`FLOORS`), and imports only from its own floor or below.
+* One package owns llama.cpp: only homeai.llama imports `llama_cpp`, and the rooms that are handed
+  the runner (the protocols, the service, the capabilities) never import homeai.llama.
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ FLOORS = (
     ("protocols", ("homeai.api", "homeai.wyoming")),
     ("service", ("homeai.service",)),
     ("capabilities", ("homeai.tools", "homeai.jobs", "homeai.remote", "homeai.speech")),
-    ("engine", ("homeai.engine", "homeai.models")),
+    ("engine", ("homeai.engine", "homeai.llama", "homeai.models")),
     ("scheduler, store", ("homeai.sched", "homeai.store")),
     ("config", ("homeai.config", "homeai.pull")),
     ("ground", ("lanes", "homeai.wire", "homeai.cron", "homeai.catalog", "homeai.gguf_header", "homeai.threads",
                 "homeai.logs", "homeai.heap", "homeai")),
 )
+# Rooms that use the runner they are handed (its methods, its `schema_converter`) and never import it.
+HANDED_THE_RUNNER = ("homeai.api", "homeai.jobs", "homeai.tools", "homeai.wyoming", "homeai.service")
+# Modules of those rooms that still build a runner themselves: until the composition root (issue 51).
+STILL_BUILD_THE_RUNNER = {"homeai.api.runtime", "homeai.jobs.cli"}
 ALEMBIC = "homeai.store.migrations"  # scripts Alembic loads itself (env.py needs its context): read, not imported
 
 
@@ -77,6 +83,22 @@ def imported(name: str, path: Path) -> set[str]:
         elif _imports_by_name(node):
             found.add(node.args[0].value)
     return {target for target in found if target in MODULES and target != name}
+
+
+def imports_llama_cpp(path: Path) -> bool:
+    """Whether the source imports `llama_cpp` (or a module of it) anywhere."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif _imports_by_name(node):
+            names = [node.args[0].value]
+        else:
+            continue
+        if any(name == "llama_cpp" or name.startswith("llama_cpp.") for name in names):
+            return True
+    return False
 
 
 def _imports_by_name(node: ast.AST) -> bool:
@@ -186,3 +208,15 @@ def test_every_arrow_points_down_or_along_its_floor():
                 for name, path in MODULES.items() if floor(name) is not None
                 for target in imported(name, path) if floor(target) is not None and floor(target) < floor(name))
     assert up == []
+
+
+def test_only_the_llama_package_imports_llama_cpp():
+    assert sorted(name for name, path in MODULES.items()
+                  if room(name) != "homeai.llama" and imports_llama_cpp(path)) == []
+
+
+def test_the_rooms_handed_the_runner_never_import_the_llama_package():
+    found = {name for name, path in MODULES.items() if room(name) in HANDED_THE_RUNNER
+             for target in imported(name, path) if room(target) == "homeai.llama"}
+    assert sorted(found - STILL_BUILD_THE_RUNNER) == []
+    assert sorted(STILL_BUILD_THE_RUNNER - found) == [], "no longer imports it: take it off STILL_BUILD_THE_RUNNER"

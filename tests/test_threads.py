@@ -20,7 +20,7 @@ def test_the_spin_count_is_set_unless_the_user_chose_a_policy():
 
 def test_importing_any_homeai_module_sets_it_before_llama_cpp_and_faster_whisper_load():
     env = {k: v for k, v in os.environ.items() if k not in threads.POLICY_VARS}
-    code = ("import homeai.speech.stt, homeai.engine.runner, os, sys; "
+    code = ("import homeai.speech.stt, homeai.llama, os, sys; "
             "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'), "
             "[m for m in ('llama_cpp', 'faster_whisper') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)

@@ -104,7 +104,7 @@ class Runtime:
             threading.Thread(target=self._load, name="homeai-load", daemon=True).start()
 
     def _load(self) -> None:
-        from homeai.engine.runner import Runner  # the only llama_cpp importer: load it when needed
+        from homeai.llama import Runner  # the only llama_cpp importer: load it when needed
         from homeai.models import embedding_model, generation_model
 
         try:

@@ -23,7 +23,7 @@ import time
 from homeai.bench.raw_loop import raw_batched_decode
 from homeai.bench.suite import PROFILES
 from homeai.engine.engine import Engine
-from homeai.engine.runner import Runner
+from homeai.llama import Runner
 from homeai.sched.request import Request, Sample, SamplingParams
 from homeai.sched.scheduler import Scheduler, SchedulerLimits, StepResult
 from lanes import DEFAULT_POLICIES

@@ -34,11 +34,12 @@ HA_TOOLS = [{"type": "function", "function": {"name": "HassTurnOn", "description
             {"type": "function", "function": {"name": "GetLiveContext", "description": "The home's current state"}}]
 
 
-def _grammars() -> dict[str, Grammar | None]:
-    plan = tools.plan(HA_TOOLS, "auto", template_source=None)
+def _grammars(converter: tools.SchemaConverter) -> dict[str, Grammar | None]:
+    plan = tools.plan(HA_TOOLS, "auto", template_source=None, converter=converter)
     return {"free": None,
             "json_schema": tools.response_format_grammar({"type": "json_schema",
-                                                          "json_schema": {"name": "list", "schema": LONG_LIST}}),
+                                                          "json_schema": {"name": "list", "schema": LONG_LIST}},
+                                                         converter=converter),
             "lazy_untriggered": plan.grammar()}
 
 
@@ -55,7 +56,7 @@ async def _decode(engine: Engine, n: int, num_tokens: int, grammar: Grammar | No
 
 
 def grammar_throughput(engine: Engine, seqs: list[int], num_tokens: int, reps: int = 3, progress=None) -> list[dict]:
-    grammars = _grammars()
+    grammars = _grammars(engine.runner.schema_converter)
     rows = []
     for n in seqs:
         runs = {name: [] for name in grammars}

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from homeai.bench.raw_loop import raw_two_context_decode
     from homeai.engine import gpu
-    from homeai.engine.runner import Runner, backend_facts
+    from homeai.llama import Runner, backend_facts
     from homeai.models import generation_model
 
     backend = backend_facts()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from homeai.engine.runner import Runner, RunnerError
+from homeai.llama import Runner, RunnerError
 from homeai.sched.pools import Pool
 
 

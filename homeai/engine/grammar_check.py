@@ -2,9 +2,9 @@
 
 A grammar llama.cpp cannot take may crash it (a stack overflow in its recursive parser), take
 minutes to build or to weigh a token, or write its whole text to stderr when refused. So each
-new grammar is first built in a checker process (`python -m homeai.engine.runner`, its
+new grammar is first built in a checker process (`python -m homeai.llama.grammar_worker`, its
 `grammar_worker`: the model's vocabulary only, the build in a thread with a 1 MiB stack, smaller
-than any of the daemon's) and walked to where its cost is (`runner._try_grammar`: walks of up to
+than any of the daemon's) and walked to where its cost is (`_try_grammar`: walks of up to
 `WALK_TOKENS` tokens, toward the grammar's end, each token weighed as the engine weighs it when
 the model's pick is refused; one token's weighing past `max_token_ms` refuses it). The answer is
 why not (a short reason) or None, within `timeout_s`; past it, or if the process dies, that
@@ -200,7 +200,7 @@ class _Worker:
         if self.process is not None and self.process.poll() is None:
             return
         ours, theirs = socket.socketpair()
-        self.process = subprocess.Popen([sys.executable, "-m", "homeai.engine.runner", self.model_path,
+        self.process = subprocess.Popen([sys.executable, "-m", "homeai.llama.grammar_worker", self.model_path,
                                          str(theirs.fileno())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
         theirs.close()
         self.conn = Connection(ours.detach())

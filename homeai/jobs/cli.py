@@ -27,7 +27,7 @@ def cmd_index(cfg: config_mod.Config, args) -> int:
     from tqdm import tqdm
 
     from homeai.engine.engine import create_engine
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from homeai.jobs.runs import JobBusy
     from homeai.jobs.service import JobService
     from homeai.models import embedding_model, generation_model

@@ -31,7 +31,8 @@ def _template_source(runner) -> str | None:
 def tool_plan(runner, tool_list, tool_choice, parallel_tool_calls: bool = True) -> tools.ToolPlan | None:
     """The request's tool plan, in the call format of the model's template; bad input is a 400."""
     try:
-        return tools.plan(tool_list, tool_choice, parallel_tool_calls, template_source=_template_source(runner))
+        return tools.plan(tool_list, tool_choice, parallel_tool_calls, template_source=_template_source(runner),
+                          converter=runner.schema_converter)
     except tools.ToolError as e:
         raise tool_error(e) from None
 
@@ -78,10 +79,10 @@ def grammar(runner, limits: GrammarConfig, plan: tools.ToolPlan | None, structur
         make = plan.grammar
     elif kind == "ollama":
         def make(bounds):
-            return tools.ollama_format_grammar(structured, bounds)
+            return tools.ollama_format_grammar(structured, bounds, converter=runner.schema_converter)
     else:
         def make(bounds):
-            return tools.response_format_grammar(structured, bounds)
+            return tools.response_format_grammar(structured, bounds, converter=runner.schema_converter)
     try:
         return tools.checked_grammar(make, runner, limits, member)
     except tools.ToolError as e:

@@ -2,8 +2,9 @@
 call format its model's chat template writes (`formats`, a module per kind of form), one
 request's plan from prompt to parsed calls (`plan`), and replies held to JSON or a schema (`structured`).
 The grammars go to the runner as `SamplingParams.grammar`, once `checked_grammar` has bounded
-them (`bounds`) and had the runner's grammar checker build them; nothing here touches llama.cpp
-beyond its schema converter (through the runner).
+them (`bounds`) and had the runner's grammar checker build them. Nothing here imports llama.cpp:
+its JSON-schema converter is handed in as a value (`SchemaConverter`, the runner's
+`schema_converter`) to `plan` and to the structured-output grammars.
 """
 
 from __future__ import annotations
@@ -15,23 +16,24 @@ from typing import Any
 from homeai.config import GrammarConfig
 from homeai.sched.request import Grammar
 
-from homeai.tools.formats import CallFormat, for_template, generic_messages
+from homeai.tools.formats import CallFormat, SchemaConverter, for_template, generic_messages
 from homeai.tools.plan import CallStream, Reply, ToolCall, ToolPlan
 from homeai.tools.spec import ToolError, tool_set
 from homeai.tools.structured import ollama_format_grammar, response_format_grammar
 
-__all__ = ["CallFormat", "CallStream", "Reply", "ToolCall", "ToolError", "ToolPlan", "checked_grammar",
-           "for_template", "generic_messages", "ollama_format_grammar", "plan", "response_format_grammar"]
+__all__ = ["CallFormat", "CallStream", "Reply", "SchemaConverter", "ToolCall", "ToolError", "ToolPlan",
+           "checked_grammar", "for_template", "generic_messages", "ollama_format_grammar", "plan", "response_format_grammar"]
 
 log = logging.getLogger("homeai.tools")
 
 
 def plan(tools: list | None, tool_choice: Any = None, parallel_tool_calls: bool = True, *,
-         template_source: str | None) -> ToolPlan | None:
+         template_source: str | None, converter: SchemaConverter) -> ToolPlan | None:
     """The tool plan of a request (None when it offers no tools, or `tool_choice` is "none"),
-    in the call format of the model's template. Raises ToolError for bad input."""
+    in the call format of the model's template, its grammar built by `converter`. Raises ToolError
+    for bad input."""
     chosen = tool_set(tools, tool_choice, parallel_tool_calls)
-    return ToolPlan(chosen, for_template(template_source)) if chosen is not None else None
+    return ToolPlan(chosen, for_template(template_source), converter) if chosen is not None else None
 
 
 def checked_grammar(make: Callable[[GrammarConfig], Grammar | None], runner, limits: GrammarConfig,

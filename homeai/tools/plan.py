@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from homeai.config import GrammarConfig
 from homeai.sched.request import Grammar
 from homeai.tools import bounds
-from homeai.tools.formats import CallFormat, RawCall
+from homeai.tools.formats import CallFormat, RawCall, SchemaConverter
 from homeai.tools.spec import ToolError, ToolSet, check_schema, dumps
 
 DEFAULT_LIMITS = GrammarConfig()
@@ -43,6 +43,7 @@ class Reply:
 class ToolPlan:
     tools: ToolSet
     format: CallFormat
+    converter: SchemaConverter  # the tools' schemas to GBNF (the runner's: homeai.tools.formats.base)
 
     def grammar(self, limits: GrammarConfig = DEFAULT_LIMITS) -> Grammar:
         """Raises ToolError for tools past the `[grammar]` limits (`bounds`), a schema that is not valid
@@ -56,7 +57,7 @@ class ToolPlan:
         for i, tool in enumerate(offered):
             check_schema(tool.parameters, f"tools.{i}.function.parameters")
             bounds.check_schema(tool.parameters, f"tools.{i}.function.parameters", limits)
-        grammar = self.format.grammar(self.tools)
+        grammar = self.format.grammar(self.tools, self.converter)
         bounds.check_gbnf(grammar.text, "tools", limits)
         return grammar
 

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-import homeai.engine.runner
+import homeai.llama
 from homeai.store.db import current_revision, head_revision, make_engine
 from tests.api.conftest import api_config, serve, wait_for
 
@@ -23,7 +23,7 @@ def test_healthz_is_503_while_loading_then_reports_a_failed_load(tmp_path, monke
             gate.wait(60)
             raise RuntimeError("no model here")
 
-    monkeypatch.setattr(homeai.engine.runner, "Runner", NoModel)
+    monkeypatch.setattr(homeai.llama, "Runner", NoModel)
     cfg = api_config(tmp_path)
     with serve(cfg) as server, httpx.Client(base_url=server.url) as http:
         r = http.get("/healthz")

@@ -27,7 +27,7 @@ NOTES = " ".join(f"Note {i}: the {room} lamp number {i} was switched {state} at 
 @pytest.fixture(scope="module")
 def small_interactive_runner():
     """A runner whose interactive cache holds 1,024 cells, beside the session's (4,096)."""
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from homeai.models import generation_model
 
     cfg = small_config(interactive_n_ctx=1024)

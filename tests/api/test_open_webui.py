@@ -36,7 +36,7 @@ def body(name: str) -> bytes:
 @pytest.fixture(scope="module")
 def sized_runner():
     """A runner with the default cache sizes (from the model), beside the session's small one."""
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from homeai.models import generation_model
 
     cfg = small_config(n_ctx=0, interactive_n_ctx=-1)

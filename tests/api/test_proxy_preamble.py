@@ -34,7 +34,7 @@ TIMEOUT = 1800.0
 @pytest.fixture(scope="module")
 def sized_runner():
     """A runner with the default cache sizes (8,192 cells: the preamble fits the interactive cache)."""
-    from homeai.engine.runner import Runner
+    from homeai.llama import Runner
     from homeai.models import generation_model
 
     cfg = small_config(n_ctx=0, interactive_n_ctx=-1)

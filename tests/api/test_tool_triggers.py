@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = r'''
 import random
 import llama_cpp as ll
-from homeai.engine.runner import Runner, grammar_sampler
+from homeai.llama import Runner
+from homeai.llama.sampling import grammar_sampler
 from homeai.models import generation_model
 from tests.conftest import small_config
 from tests.tools.replies import plan_for
@@ -55,7 +56,7 @@ for (fmt, source, _before), name in zip(FORMS, IDS):
         print(name, repr(text), flush=True)  # the last line names the text if llama.cpp aborts
         sampler = grammar_sampler(runner.vocab, grammar)
         for token in tokens(text):  # as the sampler chain does: a token the grammar masks is never picked
-            if not runner.candidates.allows(sampler, token):
+            if not runner.sampler.candidates.allows(sampler, token):
                 break
             ll.llama_sampler_accept(sampler, token)
         ll.llama_sampler_free(sampler)
@@ -65,7 +66,7 @@ for (fmt, source, _before), name in zip(FORMS, IDS):
     sampler = grammar_sampler(runner.vocab, grammar)
     for token in tokens(opening):
         ll.llama_sampler_accept(sampler, token)
-    held = [runner.candidates.allows(sampler, tokens(word)[0]) for word in ("intent", "Hello")]
+    held = [runner.sampler.candidates.allows(sampler, tokens(word)[0]) for word in ("intent", "Hello")]
     print("held", name, held, flush=True)
     ll.llama_sampler_free(sampler)
 print("checked", len(texts), flush=True)

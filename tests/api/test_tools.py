@@ -8,12 +8,14 @@ Run: .venv/bin/python -m pytest tests/api/test_tools.py
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 import openai
 import pytest
 
 from homeai import tools as tool_calling
+from homeai.llama import CONVERTER
 from homeai.sched.request import Grammar
 from homeai.tools.formats import Generic, Hermes, Llama3, Mistral
 from tests.api.conftest import TIMEOUT, add_token, api_config, serve
@@ -287,7 +289,7 @@ NATIVE_REPLIES = {
 
 
 def plan_in(fmt, choice=None, parallel=True) -> tool_calling.ToolPlan:
-    return tool_calling.ToolPlan(tool_calling.plan(TOOLS, choice, parallel, template_source=None).tools, fmt())
+    return replace(tool_calling.plan(TOOLS, choice, parallel, template_source=None, converter=CONVERTER), format=fmt())
 
 
 @pytest.mark.parametrize("fmt", sorted(NATIVE_REPLIES, key=lambda f: f.name), ids=lambda f: f.name)
@@ -347,7 +349,7 @@ def test_a_reply_cut_short_in_a_later_call_keeps_the_calls_written_whole():
 
 
 def test_without_parallel_calls_only_the_first_is_sent():
-    plan = tool_calling.ToolPlan(tool_calling.plan(TOOLS, None, False, template_source=None).tools, Generic())
+    plan = replace(tool_calling.plan(TOOLS, None, False, template_source=None, converter=CONVERTER), format=Generic())
     stream = plan.stream()
     stream.feed(TWO_CALLS[Generic])
     assert [c.name for c in stream.new_calls()] == ["get_weather"] and stream.new_calls() == []
@@ -425,5 +427,5 @@ def test_an_output_held_to_a_grammar_from_its_start_is_held_from_its_start(make_
 def test_a_trigger_for_tool_names_with_dashes_parses_in_llama_cpp(runner):
     named = [{"type": "function", "function": {"name": "light-on_2", "parameters": LIGHT}}]
     for fmt in NATIVE_REPLIES:
-        plan = tool_calling.ToolPlan(tool_calling.plan(named, None, template_source=None).tools, fmt())
+        plan = replace(tool_calling.plan(named, None, template_source=None, converter=CONVERTER), format=fmt())
         assert runner.grammar_ok(plan.grammar())

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from homeai.engine.runner import _Batch
+from homeai.llama.batch import Batch
 
 
 def _expected(rows):
@@ -31,7 +31,7 @@ def _filled(batch, n):
 @pytest.mark.parametrize("longest", [1, 5])
 def test_every_token_lands_at_its_index(longest):
     rng = random.Random(longest)
-    batch = _Batch(64)
+    batch = Batch(64)
     for _ in range(200):
         batch.logits[:] = 1  # what an earlier step left must not leak into this one
         rows = [(rng.randrange(32), rng.randrange(1000), [rng.randrange(49152) for _ in range(rng.randint(1, longest))],
@@ -44,6 +44,6 @@ def test_every_token_lands_at_its_index(longest):
 
 
 def test_an_empty_step_fills_nothing():
-    batch = _Batch(8)
+    batch = Batch(8)
     assert batch.fill([]) == []
     assert batch.c.n_tokens == 0 and batch.num_outputs == 0

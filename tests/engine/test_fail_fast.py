@@ -166,7 +166,7 @@ def ask_until_it_dies(http: httpx.Client) -> httpx.Response:
 
 BOOTSTRAP = """
 import sys
-from homeai.engine import runner
+from homeai.llama import runner
 
 def broken(self, plan):
     raise RuntimeError("injected fault")

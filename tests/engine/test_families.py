@@ -340,7 +340,7 @@ def test_a_template_that_refuses_messages_is_a_render_error_naming_why():
 
 @pytest.mark.model
 def test_gemma_is_served_in_gemmas_turns_and_a_members_markers_stay_text(gemma_runner):
-    from homeai.engine.runner import chat_template_choice
+    from homeai.llama import chat_template_choice
     from tests.conftest import gemma_gguf
 
     assert gemma_runner.chat.description == "gemma (built in: the GGUF has no chat template; chosen from architecture gemma3)"

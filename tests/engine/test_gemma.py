@@ -127,9 +127,7 @@ def test_a_preempted_answer_resumes_with_exactly_its_tokens(gemma_runner, make_g
 def refusing_cuts(gemma_runner, monkeypatch):
     """llama.cpp refusing to cut a sequence inside the positions it holds (as a recurrent state's
     cache does), from when the test calls it; a whole sequence, or nothing past its end, still goes."""
-    import homeai.engine.runner as runner_module
-
-    ll = runner_module.ll
+    import llama_cpp as ll
     real = ll.llama_memory_seq_rm
 
     def seq_rm(memory, seq_id, p0, p1):
@@ -158,7 +156,7 @@ def test_a_cut_llama_cpp_refuses_leaves_nothing_to_resume(gemma_runner, refusing
 
 
 def test_a_step_on_a_cut_llama_cpp_refused_fails(gemma_runner, refusing_cuts):
-    from homeai.engine.runner import RunnerError
+    from homeai.llama import RunnerError
 
     tokens = user(gemma_runner, "Which lights are in the hall? " * 4)
     d = GemmaDriver(gemma_runner)

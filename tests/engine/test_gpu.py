@@ -66,11 +66,11 @@ def test_cuda_graphs_takes_auto_on_or_off():
 def test_on_this_cpu_only_build_the_defaults_keep_everything_on_the_cpu():
     from homeai.config import Config
     from homeai.doctor import facts, render
-    from homeai.engine import runner as runner_mod
+    from homeai.llama import model
 
-    assert not runner_mod.ll.llama_supports_gpu_offload(), "this test describes a CPU-only build"
+    assert not model.ll.llama_supports_gpu_offload(), "this test describes a CPU-only build"
     # -1 would make llama.cpp's `auto` flash attention turn on, several times slower on a CPU
-    assert runner_mod._flash_attn(ModelConfig()) == runner_mod.ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    assert model.flash_attn_type(ModelConfig()) == model.ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     info = facts(Config())
     assert info["gpu_offload"] is False
     assert info["n_gpu_layers"] == "none: this llama.cpp build has no GPU backend (model.n_gpu_layers = -1)"

@@ -11,8 +11,9 @@ import llama_cpp as ll
 import numpy as np
 import pytest
 
-from homeai.engine import runner as runner_module
-from homeai.engine.runner import GrammarOverBudget, build_sampler, grammar_sampler, json_schema_grammar
+from homeai.llama import sampling
+from homeai.llama.grammar import json_schema_grammar
+from homeai.llama.sampling import GrammarOverBudget, build_sampler, grammar_sampler
 from homeai.sched.request import Grammar, SamplingParams
 
 pytestmark = pytest.mark.model
@@ -29,12 +30,12 @@ def whole_vocabulary_pick(runner, logits, grammar_text: str, params: SamplingPar
     grammar = grammar_sampler(runner.vocab, Grammar(grammar_text))
     chain = build_sampler(params, runner.n_vocab)
     try:
-        cur = runner.candidates.fill(logits)
+        cur = runner.sampler.candidates.fill(logits)
         ll.llama_sampler_apply(chain, ctypes.byref(cur))
         token = int(cur.data[cur.selected].id)
-        if runner.candidates.allows(grammar, token):
+        if runner.sampler.candidates.allows(grammar, token):
             return token
-        cur = runner.candidates.fill(logits)
+        cur = runner.sampler.candidates.fill(logits)
         ll.llama_sampler_apply(grammar, ctypes.byref(cur))
         ll.llama_sampler_apply(chain, ctypes.byref(cur))
         if cur.selected < 0 or not np.isfinite(cur.data[cur.selected].logit):
@@ -49,7 +50,7 @@ def runner_pick(runner, logits, grammar_text: str, params: SamplingParams) -> in
     grammar = grammar_sampler(runner.vocab, Grammar(grammar_text))
     chain = build_sampler(params, runner.n_vocab)
     try:
-        return runner._sample_in_grammar(logits, chain, grammar, params)
+        return runner.sampler._sample_in_grammar(logits, chain, grammar, params)
     finally:
         ll.llama_sampler_free(chain)
         ll.llama_sampler_free(grammar)
@@ -61,8 +62,8 @@ def test_chunked_weighing_picks_what_the_whole_vocabulary_picks(runner, grammar,
     """Greedy: the same token. Sampling: the same token from the same seed (the same candidates reach
     the chain: the best-scored ones when they decide, else the whole vocabulary in id order), so the
     same distribution. Small chunks, so that many are weighed."""
-    monkeypatch.setattr(runner_module, "CHUNK", 1000)
-    monkeypatch.setattr(runner, "grammar_budget_s", 60.0)
+    monkeypatch.setattr(sampling, "CHUNK", 1000)
+    monkeypatch.setattr(runner.sampler, "grammar_budget_s", 60.0)
     rng = np.random.default_rng(11)
     for _ in range(4):
         logits = (rng.normal(size=runner.n_vocab) * 3).astype(np.float32)
@@ -73,9 +74,9 @@ def allowed_by(runner, grammar_text: str) -> np.ndarray:
     """The tokens a fresh grammar allows first, from one pass over the whole vocabulary."""
     grammar = grammar_sampler(runner.vocab, Grammar(grammar_text))
     try:
-        cur = runner.candidates.fill(np.zeros(runner.n_vocab, dtype=np.float32))
+        cur = runner.sampler.candidates.fill(np.zeros(runner.n_vocab, dtype=np.float32))
         ll.llama_sampler_apply(grammar, ctypes.byref(cur))
-        return runner.candidates.data["id"][:cur.size][np.isfinite(runner.candidates.data["logit"][:cur.size])]
+        return runner.sampler.candidates.data["id"][:cur.size][np.isfinite(runner.sampler.candidates.data["logit"][:cur.size])]
     finally:
         ll.llama_sampler_free(grammar)
 
@@ -84,28 +85,28 @@ def allowed_by(runner, grammar_text: str) -> np.ndarray:
 def counted(runner, monkeypatch):
     """The sizes of the chunks the runner weighs."""
     sizes = []
-    weigh = runner.candidates.weigh
+    weigh = runner.sampler.candidates.weigh
 
     def counting(grammar, ids, logits):
         sizes.append(len(ids))
         return weigh(grammar, ids, logits)
 
-    monkeypatch.setattr(runner.candidates, "weigh", counting)
+    monkeypatch.setattr(runner.sampler.candidates, "weigh", counting)
     return sizes
 
 
 def test_a_refused_pick_is_weighed_in_chunks_in_score_order_until_one_decides(runner, counted, monkeypatch):
     """The allowed tokens all score far down (from the 10,000th): the chunks go on, in score order,
     until one holds one; greedy then takes the best of them without weighing the rest."""
-    monkeypatch.setattr(runner_module, "CHUNK", 2000)
-    monkeypatch.setattr(runner, "grammar_budget_s", 60.0)
+    monkeypatch.setattr(sampling, "CHUNK", 2000)
+    monkeypatch.setattr(runner.sampler, "grammar_budget_s", 60.0)
     digits = allowed_by(runner, "root ::= [0-9]")
     others = np.setdiff1d(np.arange(runner.n_vocab), digits)
     order = np.concatenate((others[:10_000], np.random.default_rng(5).permutation(digits), others[10_000:]))
     logits = np.empty(runner.n_vocab, dtype=np.float32)
     logits[order] = np.linspace(10.0, 0.0, runner.n_vocab, dtype=np.float32)  # order[0] best
     assert runner_pick(runner, logits, "root ::= [0-9]", SamplingParams(temperature=0)) == order[10_000]
-    assert counted[0] == runner_module.WEIGHED_FIRST and len(counted) >= 5
+    assert counted[0] == sampling.WEIGHED_FIRST and len(counted) >= 5
     assert 10_000 < sum(counted) < runner.n_vocab / 2  # not the whole vocabulary
 
 
@@ -113,7 +114,7 @@ def test_a_grammar_past_the_step_budget_is_cut_short(runner, counted, monkeypatc
     """A grammar whose whole pass takes seconds (nested repeats, once a few letters are in) is stopped
     between two chunks once the budget is spent: the request is told why, and most of the vocabulary
     is never weighed."""
-    monkeypatch.setattr(runner, "grammar_budget_s", 0.02)
+    monkeypatch.setattr(runner.sampler, "grammar_budget_s", 0.02)
     grammar = grammar_sampler(runner.vocab, Grammar(SLOW))
     for piece in '"abcdefg':  # its stacks multiply with each letter taken
         ll.llama_sampler_accept(grammar, runner.tokenize(piece, add_special=False)[0])
@@ -123,7 +124,7 @@ def test_a_grammar_past_the_step_budget_is_cut_short(runner, counted, monkeypatc
     logits[runner.tokenize("!", add_special=False)[0]] = 10.0  # the chain's pick, which the grammar refuses
     try:
         with pytest.raises(GrammarOverBudget, match="step_budget_ms = 20"):
-            runner._sample_in_grammar(logits, chain, grammar, params)
+            runner.sampler._sample_in_grammar(logits, chain, grammar, params)
     finally:
         ll.llama_sampler_free(chain)
         ll.llama_sampler_free(grammar)
@@ -134,8 +135,8 @@ def test_a_members_grammars_share_one_budget_a_step(runner, monkeypatch):
     """Two of alice's grammars in one step cannot take two budgets: once her grammars have spent the
     step's, her next pick that needs weighing ends, naming what her others took; bob's same pick, in
     the same step, has a budget of its own; the next step gives alice hers again."""
-    monkeypatch.setattr(runner, "grammar_budget_s", 60.0)
-    monkeypatch.setattr(runner, "_grammar_spent", {"alice": 60.0})  # her grammars' time so far this step
+    monkeypatch.setattr(runner.sampler, "grammar_budget_s", 60.0)
+    monkeypatch.setattr(runner.sampler, "_grammar_spent", {"alice": 60.0})  # her grammars' time so far this step
     digits = allowed_by(runner, "root ::= [0-9]")
     logits = np.zeros(runner.n_vocab, dtype=np.float32)
     logits[np.setdiff1d(np.arange(runner.n_vocab), digits)[:1000]] = 5.0  # the best 1,000 all refused
@@ -143,8 +144,8 @@ def test_a_members_grammars_share_one_budget_a_step(runner, monkeypatch):
     with pytest.raises(GrammarOverBudget, match="after 60000 ms of its member's other grammars in this step"):
         runner_pick(runner, logits, "root ::= [0-9]", alice)
     assert runner_pick(runner, logits, "root ::= [0-9]", bob) in set(digits.tolist())
-    assert runner._grammar_spent["bob"] < 60.0
-    runner._grammar_spent.clear()  # what a step's collect does first
+    assert runner.sampler._grammar_spent["bob"] < 60.0
+    runner.sampler._grammar_spent.clear()  # what a step's collect does first
     assert runner_pick(runner, logits, "root ::= [0-9]", alice) in set(digits.tolist())
 
 
@@ -153,7 +154,7 @@ def test_a_request_past_the_budget_ends_with_an_error_and_the_others_go_on(runne
     """bob's free answer and alice's grammar share steps; alice's grammar cannot pick within the
     budget (a literal the model never scores high: the whole vocabulary to weigh, far over 0.05 ms):
     her answer ends with an error saying why, bob's runs to its length."""
-    monkeypatch.setattr(runner, "grammar_budget_s", 0.00005)
+    monkeypatch.setattr(runner.sampler, "grammar_budget_s", 0.00005)
     engine = make_engine(plan_ahead=plan_ahead)
     prompt = runner.tokenize(runner.apply_chat_template([{"role": "user", "content": "Tell me about the sea."}]))
     bob = engine.submit(prompt, lane="chat", member="bob",

@@ -22,9 +22,9 @@ def llama_greedy(runner, logits: np.ndarray) -> int:
     """llama.cpp's own greedy sampler's pick over a row of logits."""
     greedy = ll.llama_sampler_init_greedy()
     try:
-        cur = runner.candidates.fill(logits)
+        cur = runner.sampler.candidates.fill(logits)
         ll.llama_sampler_apply(greedy, ctypes.byref(cur))
-        return int(runner.candidates.data["id"][cur.selected])
+        return int(runner.sampler.candidates.data["id"][cur.selected])
     finally:
         ll.llama_sampler_free(greedy)
 
@@ -106,8 +106,8 @@ def test_a_request_keeps_sampler_state_only_while_it_runs(runner):
             break
         plan = sched.schedule(float(step))
         sched.update(plan, runner.run(plan), float(step) + 0.5)
-        seen |= set(runner.samplers)
+        seen |= set(runner.sampler.samplers)
     assert seen == {"r0", "r1", "r2", "r3"}
     plan = sched.schedule(100.0)  # nothing left to run: the step only frees what ended
     runner.run(plan)
-    assert runner.samplers == {}
+    assert runner.sampler.samplers == {}

@@ -81,7 +81,7 @@ def published(name: str) -> ChatTemplate:
 @pytest.fixture(scope="module")
 def smollm2():
     """The embedded model's template, read from its GGUF (vocabulary and metadata only)."""
-    from homeai.engine.runner import chat_template_choice
+    from homeai.llama import chat_template_choice
     from homeai.models import generation_model
     from tests.conftest import small_config
 
@@ -399,7 +399,7 @@ def test_the_bos_a_tokenizer_adds_is_left_out_of_the_first_part():
 def test_plain_conversations_tokenize_as_one_text_did(runner, conversation):
     """Tokenizing part by part changes nothing for ordinary text (a message of whitespace alone
     differs: `\\n  ` was one token across the boundary, now two)."""
-    from homeai.engine.runner import _tokenize
+    from homeai.llama.model import tokenize_text
 
     messages, tools = CONVERSATIONS[conversation]
     if tools:  # SmolLM2's template knows no tools: they go in the system prompt, as the routes put them
@@ -407,7 +407,7 @@ def test_plain_conversations_tokenize_as_one_text_did(runner, conversation):
 
         messages = generic_messages(messages, "You may call: " + json.dumps(tools))
     prompt = runner.apply_chat_template(messages)
-    assert list(runner.tokenize(prompt)) == _tokenize(runner.vocab, prompt.text, True, True)
+    assert list(runner.tokenize(prompt)) == tokenize_text(runner.vocab, prompt.text, True, True)
 
 
 @pytest.mark.model

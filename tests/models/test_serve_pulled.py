@@ -14,7 +14,7 @@ import pytest
 
 from homeai import pull
 from homeai.config import from_dict
-from homeai.engine.runner import Runner
+from homeai.llama import Runner
 from homeai.models import generation_model
 from tests.api.conftest import TIMEOUT, serve
 from tests.models.conftest import SPLIT

@@ -20,7 +20,8 @@ import pytest
 
 from homeai.config import GrammarConfig
 from homeai.engine.grammar_check import GrammarChecker
-from homeai.engine.runner import WEIGHED_FIRST, _allowed_needed, grammar_sampler, json_schema_grammar
+from homeai.llama.grammar import CONVERTER, json_schema_grammar
+from homeai.llama.sampling import WEIGHED_FIRST, allowed_needed, grammar_sampler
 from homeai.sched.request import Grammar, SamplingParams
 from homeai.tools import ToolError, bounds, response_format_grammar, spec
 from tests.security.conftest import assert_refused, event, post_json, until, voice_socket
@@ -57,7 +58,8 @@ REFUSED = {
 def test_a_schema_past_the_bounds_is_refused_naming_the_field(name):
     schema, field = REFUSED[name]
     with pytest.raises(ToolError) as refused:
-        response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+                                converter=CONVERTER)
     where = "response_format.json_schema.schema"
     assert refused.value.param.startswith(where + field), refused.value.param
     assert len(str(refused.value)) < 400
@@ -65,9 +67,9 @@ def test_a_schema_past_the_bounds_is_refused_naming_the_field(name):
 
 def test_the_bounds_come_from_the_config():
     schema = {"type": "json_schema", "json_schema": {"name": "x", "schema": {**INTS, "maxItems": 50}}}
-    assert response_format_grammar(schema) is not None
+    assert response_format_grammar(schema, converter=CONVERTER) is not None
     with pytest.raises(ToolError, match="max_repeat"):
-        response_format_grammar(schema, GrammarConfig(max_repeat=10))
+        response_format_grammar(schema, GrammarConfig(max_repeat=10), converter=CONVERTER)
 
 
 def test_usual_schemas_pass_the_bounds():
@@ -240,7 +242,7 @@ def test_weighing_the_best_tokens_first_picks_what_the_whole_vocabulary_would(ru
     import llama_cpp as ll
 
     grammar = grammar_sampler(runner.vocab, Grammar("root ::= [a-z]+ | [0-9]+"))
-    candidates, rng = runner.candidates, np.random.default_rng(3)
+    candidates, rng = runner.sampler.candidates, np.random.default_rng(3)
     for _ in range(5):
         logits = rng.normal(size=runner.n_vocab).astype(np.float32)
         whole = candidates.fill(logits)
@@ -251,7 +253,7 @@ def test_weighing_the_best_tokens_first_picks_what_the_whole_vocabulary_would(ru
         assert best is not None and allowed_top(candidates.data, best.size, 40) == expected
     nothing = grammar_sampler(runner.vocab, Grammar('root ::= "zzzzzzzz" "q"'))
     assert candidates.top_allowed(logits, nothing, WEIGHED_FIRST, 1) is None  # rarely among the best: the whole vocabulary then
-    assert _allowed_needed(SamplingParams(temperature=0)) == 1
-    assert _allowed_needed(SamplingParams(temperature=0.8, top_k=40)) == 40
-    assert _allowed_needed(SamplingParams(temperature=0.8, top_k=0)) == 0  # any allowed token may be drawn
-    assert _allowed_needed(SamplingParams(temperature=0, repeat_penalty=1.1)) == 0
+    assert allowed_needed(SamplingParams(temperature=0)) == 1
+    assert allowed_needed(SamplingParams(temperature=0.8, top_k=40)) == 40
+    assert allowed_needed(SamplingParams(temperature=0.8, top_k=0)) == 0  # any allowed token may be drawn
+    assert allowed_needed(SamplingParams(temperature=0, repeat_penalty=1.1)) == 0

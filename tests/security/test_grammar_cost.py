@@ -14,7 +14,7 @@ import pytest
 
 from homeai import tools
 from homeai.config import GrammarConfig
-from homeai.engine.runner import json_schema_grammar
+from homeai.llama import CONVERTER, json_schema_grammar
 from homeai.tools import ToolError, response_format_grammar, spec
 from homeai.tools.patterns import MAX_OPEN_REPEATS
 from tests.security.weighing import Weigher
@@ -59,14 +59,14 @@ def schema_of(pattern: str) -> dict:
 def test_a_costly_pattern_is_refused_naming_the_field(name):
     pattern, why = REFUSED[name]
     with pytest.raises(ToolError, match=why) as refused:
-        response_format_grammar(schema_of(pattern))
+        response_format_grammar(schema_of(pattern), converter=CONVERTER)
     assert refused.value.param == "response_format.json_schema.schema.properties.x.pattern"
     assert len(str(refused.value)) < 500
 
 
 @pytest.mark.parametrize("pattern", TAKEN)
 def test_patterns_a_household_writes_are_taken(pattern):
-    assert response_format_grammar(schema_of(pattern)) is not None
+    assert response_format_grammar(schema_of(pattern), converter=CONVERTER) is not None
 
 
 @pytest.mark.parametrize("schema,field", [
@@ -76,7 +76,8 @@ def test_patterns_a_household_writes_are_taken(pattern):
 ])
 def test_every_pattern_in_a_schema_is_read(schema, field):
     with pytest.raises(ToolError) as refused:
-        response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+                                converter=CONVERTER)
     assert refused.value.param == "response_format.json_schema.schema" + field
 
 
@@ -130,7 +131,7 @@ def tool(i: int, description: str = "turns a light on") -> dict:
     ([tool(i, "x" * 10_000) for i in range(10)], "max_schema_bytes"),
 ])
 def test_a_huge_tool_list_is_refused_before_any_schema_is_validated(validations, listed, why):
-    plan = tools.plan(listed, None, template_source=None)
+    plan = tools.plan(listed, None, template_source=None, converter=CONVERTER)
     with pytest.raises(ToolError, match=why) as refused:
         plan.grammar(LIMITS)
     assert refused.value.param == "tools"
@@ -141,6 +142,6 @@ def test_a_tool_list_within_the_limits_is_validated_tool_by_tool(validations):
     bad = {"type": "function", "function": {"name": "bad", "parameters": {"type": "object", "properties": {
         "a": {"type": 3}}}}}
     with pytest.raises(ToolError, match="not a valid JSON schema") as refused:
-        tools.plan([tool(0), bad], None, template_source=None).grammar(LIMITS)
+        tools.plan([tool(0), bad], None, template_source=None, converter=CONVERTER).grammar(LIMITS)
     assert refused.value.param == "tools.1.function.parameters"
     assert len(validations) == 2

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from homeai.engine.runner import json_schema_grammar
+from homeai.llama import CONVERTER, json_schema_grammar
 from homeai.tools import ToolError, response_format_grammar
 from tests.security.conftest import TIMEOUT, add_token, post_json, security_config
 from tests.security.weighing import Weigher
@@ -204,7 +204,8 @@ def idle(bob, weigher) -> dict:
 def test_a_pattern_is_refused_or_cheap_and_bob_is_answered_beside_it(alice, bob, weigher, idle, pattern):
     schema = behind_a_const(pattern)
     try:
-        grammar = response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        grammar = response_format_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+                                          converter=CONVERTER)
     except ToolError as refused:
         event("pattern refused by the bounds")
         response = post_json(alice, "/v1/chat/completions", {"model": "homeai", "messages": MESSAGES,

@@ -15,7 +15,7 @@ import pytest
 
 from homeai.engine import grammar_check
 from homeai.engine.grammar_check import GrammarBusy, GrammarChecker
-from homeai.engine.runner import json_schema_grammar
+from homeai.llama import json_schema_grammar
 from tests.security.conftest import TIMEOUT, add_token, post_json
 
 pytestmark = pytest.mark.model

@@ -25,7 +25,7 @@ def ask(**extra) -> dict:
 
 @pytest.fixture
 def tiny_budget(runner, monkeypatch):
-    monkeypatch.setattr(runner, "grammar_budget_s", 0.00005)
+    monkeypatch.setattr(runner.sampler, "grammar_budget_s", 0.00005)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ import llama_cpp as ll
 import openai
 import pytest
 
-from homeai.engine.runner import grammar_sampler, json_schema_grammar
+from homeai.llama.grammar import json_schema_grammar
+from homeai.llama.sampling import grammar_sampler
 from homeai.sched.request import Grammar
 from tests.api.conftest import TIMEOUT, add_token, api_config, serve
 
@@ -77,7 +78,7 @@ def test_a_string_refuses_raw_control_characters(runner, schema):
     assert sampler, inside_the_string(schema)
     found = tokens_for(runner, [b"\n", b"\t", b"\r", b"b", b'"'])
     assert {b"\n", b"b", b'"'} <= set(found)
-    allowed = {piece: runner.candidates.allows(sampler, token) for piece, token in found.items()}
+    allowed = {piece: runner.sampler.candidates.allows(sampler, token) for piece, token in found.items()}
     assert allowed[b"b"]
     assert not any(allowed.get(p) for p in (b"\n", b"\t", b"\r", b'"')), allowed
 
@@ -88,10 +89,10 @@ def takes(runner, grammar: str, text: str) -> bool:
     assert sampler, grammar
     try:
         for token in runner.tokenize(text, add_special=False):
-            if not runner.candidates.allows(sampler, token):
+            if not runner.sampler.candidates.allows(sampler, token):
                 return False
             ll.llama_sampler_accept(sampler, token)
-        return runner.candidates.allows(sampler, ll.llama_vocab_eos(runner.vocab))
+        return runner.sampler.candidates.allows(sampler, ll.llama_vocab_eos(runner.vocab))
     finally:
         ll.llama_sampler_free(sampler)
 

@@ -11,7 +11,7 @@ import pytest
 
 from homeai.config import GrammarConfig
 from homeai.engine.grammar_check import GrammarChecker
-from homeai.engine.runner import json_schema_grammar
+from homeai.llama import json_schema_grammar
 
 pytestmark = pytest.mark.model
 

@@ -10,14 +10,14 @@ import time
 import llama_cpp as ll
 import numpy as np
 
-from homeai.engine.runner import _Candidates, grammar_sampler
+from homeai.llama.sampling import Candidates, grammar_sampler
 from homeai.sched.request import Grammar
 
 
 class Weigher:
     def __init__(self, runner):
         self.runner = runner
-        self.candidates = _Candidates(runner.n_vocab)
+        self.candidates = Candidates(runner.n_vocab)
         self.logits = np.random.default_rng(0).random(runner.n_vocab, dtype=np.float32)
 
     def after(self, gbnf: str, text: str, tries: int = 3) -> float:

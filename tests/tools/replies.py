@@ -7,9 +7,10 @@ Each `Recorded` says what the reply is: its text without the calls and the calls
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from homeai import tools as tool_calling
+from homeai.llama import CONVERTER
 from homeai.tools.formats import (CallFormat, Gemma, Gemma4, Generic, Granite, Harmony, Hermes, Llama3, Mistral, Phi4,
                                   QwenXML)
 
@@ -51,7 +52,8 @@ class Recorded:
 
 
 def plan_for(fmt: type[CallFormat], source: str | None = None, choice=None, parallel: bool = True):
-    return tool_calling.ToolPlan(tool_calling.plan(TOOLS, choice, parallel, template_source=None).tools, fmt(source))
+    return replace(tool_calling.plan(TOOLS, choice, parallel, template_source=None, converter=CONVERTER),
+                   format=fmt(source))
 
 
 REPLIES = {

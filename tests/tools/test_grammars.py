@@ -14,7 +14,7 @@ import json
 import llama_cpp as ll
 import pytest
 
-from homeai.engine.runner import grammar_sampler
+from homeai.llama.sampling import grammar_sampler
 from homeai.tools.formats import Gemma, Gemma4, Generic, Granite, Harmony, Hermes, Llama3, Mistral, Phi4, QwenXML
 from tests.tools.replies import plan_for
 
@@ -50,10 +50,10 @@ def taken(runner, grammar, text: str) -> tuple[int, int, bool]:
     tokens = runner.tokenize(text, add_special=False)
     try:
         for i, token in enumerate(tokens):
-            if not runner.candidates.allows(sampler, token):  # as the sampler chain does: never picked
+            if not runner.sampler.candidates.allows(sampler, token):  # as the sampler chain does: never picked
                 return i, len(tokens), False
             ll.llama_sampler_accept(sampler, token)
-        holds = not runner.candidates.allows(sampler, runner.tokenize(" Hello", add_special=False)[0])
+        holds = not runner.sampler.candidates.allows(sampler, runner.tokenize(" Hello", add_special=False)[0])
         return len(tokens), len(tokens), holds
     finally:
         ll.llama_sampler_free(sampler)

@@ -6,7 +6,7 @@ Output: docs/bench/issue50/cache-probe.md."""
 import numpy as np, llama_cpp as ll
 from pathlib import Path
 from tests.conftest import small_config, gemma_gguf
-from homeai.engine import runner as R
+from homeai.llama import model as R
 from tests.engine.test_batching import kl
 
 def ctx_for(model):
@@ -29,11 +29,11 @@ def decode(ctx, seq, start, tokens, n_vocab):
         out = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, -1), shape=(n_vocab,)).copy()
     return out
 
-R._init_backend()
+R.init_backend()
 cfg = small_config(path=gemma_gguf())
-model = R._load_model(Path(gemma_gguf()), cfg.model)
+model = R.load_model(Path(gemma_gguf()), cfg.model)
 vocab = ll.llama_model_get_vocab(model); n_vocab = ll.llama_vocab_n_tokens(vocab)
-tok = lambda text, bos=True: R._tokenize(vocab, text, bos, True)
+tok = lambda text, bos=True: R.tokenize_text(vocab, text, bos, True)
 house = "<start_of_turn>user\nThe house: " + " ".join(f"room {k} has lamp {k} and blind {k}." for k in range(60))
 E = tok(house)[:640] + tok(" Which rooms have blinds?<end_of_turn>\n<start_of_turn>model\n", False)  # 640 = 5 chunks of 128
 tail = tok(" Which lamp is on?<end_of_turn>\n<start_of_turn>model\n", False)

@@ -7,7 +7,7 @@ prompt beside others and read in smaller chunks. Output: docs/bench/issue50/cach
 import numpy as np
 from pathlib import Path
 from tests.conftest import small_config, gemma_gguf
-from homeai.engine.runner import Runner
+from homeai.llama import Runner
 from homeai.sched.request import Request, SamplingParams
 from tests.engine.test_prefix_reuse import Driver, greedy, forced
 from tests.engine.test_batching import kl, log_softmax, batched_run, QUESTIONS

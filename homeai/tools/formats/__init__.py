@@ -17,7 +17,7 @@ call opens with, so a stream can hold back text that may be one.
 
 from __future__ import annotations
 
-from homeai.tools.formats.base import MAX_CALLS, Block, CallFormat, RawCall, gbnf
+from homeai.tools.formats.base import MAX_CALLS, Block, CallFormat, RawCall, SchemaConverter
 from homeai.tools.formats.generic import Generic, generic_messages
 from homeai.tools.formats.harmony import Harmony
 from homeai.tools.formats.json_forms import Granite, Hermes, Llama3, Phi4
@@ -25,7 +25,8 @@ from homeai.tools.formats.keyed import Gemma, Gemma4, QwenXML
 from homeai.tools.formats.mistral import Mistral
 
 __all__ = ["FORMATS", "MAX_CALLS", "Block", "CallFormat", "Gemma", "Gemma4", "Generic", "Granite", "Harmony",
-           "Hermes", "Llama3", "Mistral", "Phi4", "QwenXML", "RawCall", "for_template", "gbnf", "generic_messages"]
+           "Hermes", "Llama3", "Mistral", "Phi4", "QwenXML", "RawCall", "SchemaConverter", "for_template",
+           "generic_messages"]
 
 FORMATS = (Generic, Hermes, QwenXML, Llama3, Mistral, Granite, Phi4, Gemma, Gemma4, Harmony)
 

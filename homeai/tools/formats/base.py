@@ -2,17 +2,23 @@
 opens in a stream, the lazy grammar's trigger, and the GBNF pieces the formats build from (a call
 object `{"name", "arguments"}` for the JSON forms, each argument's value rule for the forms that
 write arguments one by one).
+
+The JSON schemas become GBNF by llama.cpp's converter, which the llama package owns (importing it
+loads llama.cpp); the tools import neither. They name what they need of it (`SchemaConverter`) and
+are handed one as a value: the service passes its runner's (`Runner.schema_converter`) to
+`tools.plan` and to the structured-output grammars, and tests pass the real one
+(`homeai.llama.CONVERTER`). A value rather than a converter registered at start-up: nothing to
+forget to register, and each grammar's inputs are all in its call.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import re
 import secrets
 import string
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Protocol
 
 from homeai.sched.request import Grammar
 from homeai.tools.spec import Tool, ToolError, ToolSet
@@ -38,12 +44,17 @@ class Block(NamedTuple):
     whole: bool
 
 
-def gbnf(schema: dict, rule: str) -> str:
-    """GBNF rules for `schema` (the runner owns llama_cpp and its converter; imported here, when a
-    grammar is first built, so that importing homeai.tools loads no shared library)."""
-    from homeai.engine.runner import json_schema_grammar
+class SchemaConverter(Protocol):
+    """JSON schemas to GBNF text (`homeai.llama.grammar.Converter` is the one). Both raise a ValueError
+    (its GrammarError) for a schema the converter cannot handle: the client's fault."""
 
-    return json_schema_grammar(schema, rule)
+    def grammar(self, schema: dict, rule: str) -> str:
+        """GBNF rules for JSON that matches `schema`, its top rule named `rule`."""
+
+    def grammars(self, parts: dict[str, tuple[str, dict, str | None]]) -> tuple[str, dict[str, str]]:
+        """GBNF rules for several schemas in one grammar: `parts` maps a rule name to (the name the
+        schema's `$ref`s resolve under, the schema, one of its properties or None for the whole).
+        Returns the rules and, per name, the rule that matches it."""
 
 
 def _call_schema(tools: tuple[Tool, ...], arguments_key: str) -> dict:
@@ -52,54 +63,45 @@ def _call_schema(tools: tuple[Tool, ...], arguments_key: str) -> dict:
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-def refused_schema(tools: ToolSet, error: ValueError) -> ToolError:
+def refused_schema(tools: ToolSet, error: ValueError, converter: SchemaConverter) -> ToolError:
     """The ToolError naming the tool whose schema the grammar converter cannot handle."""
     for i, tool in enumerate(tools.tools):
         try:
-            gbnf(tool.parameters, "call")
+            converter.grammar(tool.parameters, "call")
         except ValueError as e:
             return ToolError(str(e), f"tools.{i}.function.parameters")
     return ToolError(str(error), "tools")
 
 
-def call_rules(tools: ToolSet, arguments_key: str = "arguments") -> str:
+def call_rules(tools: ToolSet, converter: SchemaConverter, arguments_key: str = "arguments") -> str:
     """The rule `call`: one call object of an offered tool, its arguments to the tool's schema. A
     schema the converter cannot handle is the client's fault: the ToolError names the tool."""
     try:
-        return gbnf(_call_schema(tools.offered(), arguments_key), "call")
+        return converter.grammar(_call_schema(tools.offered(), arguments_key), "call")
     except ValueError as error:  # GrammarError: find which tool's schema it is
-        raise refused_schema(tools, error) from None
+        raise refused_schema(tools, error, converter) from None
 
 
-def arguments_rules(tools: ToolSet) -> tuple[str, list[str]]:
+def arguments_rules(tools: ToolSet, converter: SchemaConverter) -> tuple[str, list[str]]:
     """GBNF rules for each offered tool's arguments object (rule `args-N` for the Nth), for the forms
     that write the name apart from the arguments (`NAME[ARGS]{...}`)."""
     parts = {f"args-{i}": (i, None) for i in range(len(tools.offered()))}
-    text, names = schema_rules(tools, parts)
+    text, names = schema_rules(tools, converter, parts)
     return text, [names[k] for k in parts]
 
 
-def schema_rules(tools: ToolSet, parts: dict[str, tuple[int, str | None]]) -> tuple[str, dict[str, str]]:
+def schema_rules(tools: ToolSet, converter: SchemaConverter,
+                 parts: dict[str, tuple[int, str | None]]) -> tuple[str, dict[str, str]]:
     """GBNF rules for several schemas in one grammar: `parts` maps a rule name to (an offered tool's
     index, one of its arguments' properties, or None for the whole arguments object), `$ref`s
     resolving against the tool's schema. Returns the rules and, per name, the rule that matches it
     (a plain type's shared rule, `string` or `integer`, rather than the name)."""
-    from homeai.engine.runner import GrammarError, _JsonConverter, strict_strings
-
-    converter = _JsonConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     offered = tools.offered()
-    resolved: dict[int, dict] = {}
-    names = {}
     try:
-        for name, (index, key) in parts.items():
-            if index not in resolved:  # resolved in place, in a copy: its parts are then resolved too
-                resolved[index] = converter.resolve_refs(copy.deepcopy(offered[index].parameters), f"tool-{index}")
-            schema = resolved[index] if key is None else resolved[index]["properties"][key]
-            names[name] = converter.visit(schema, name)
-    except Exception as e:  # the converter asserts on what it cannot handle
-        raise refused_schema(tools, GrammarError(f"this JSON schema cannot be turned into a grammar: "
-                                                 f"{str(e)[:160]}")) from None
-    return strict_strings(converter.format_grammar()), names
+        return converter.grammars({name: (f"tool-{index}", offered[index].parameters, key)
+                                   for name, (index, key) in parts.items()})
+    except ValueError as error:  # GrammarError: find which tool's schema it is
+        raise refused_schema(tools, error, converter) from None
 
 
 def decode_at(text: str, start: int) -> tuple[object, int] | None:
@@ -226,9 +228,9 @@ class CallFormat:
 
     # ---- the grammar ----
 
-    def grammar(self, tools: ToolSet) -> Grammar:
-        """The grammar holding a call to the tools' schemas, lazy unless a call is forced."""
-        root = self._root(tools)
+    def grammar(self, tools: ToolSet, converter: SchemaConverter) -> Grammar:
+        """The grammar holding a call to the tools' schemas (by `converter`), lazy unless a call is forced."""
+        root = self._root(tools, converter)
         if tools.forced:
             return Grammar(root, param="tools")
         patterns = tuple(f"^{start}({mandatory}{prefixes(rest)})$" for start, mandatory, rest in self._triggers(tools))
@@ -239,7 +241,7 @@ class CallFormat:
         way a call opens."""
         raise NotImplementedError
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         """The GBNF, its rule `root` a call (or several, when parallel calls are allowed)."""
         raise NotImplementedError
 

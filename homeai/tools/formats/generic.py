@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from homeai.tools.formats.base import SP, Block, CallFormat, call_of, call_rules, call_units, chars, objects_from, \
-    repeated, skip_space
+from homeai.tools.formats.base import SP, Block, CallFormat, SchemaConverter, call_of, call_rules, call_units, chars, \
+    objects_from, repeated, skip_space
 from homeai.tools.spec import ToolSet, dumps
 
 _LIST = re.compile(r'\{\s*"tool_calls"\s*:\s*\[')
@@ -24,10 +24,10 @@ class Generic(CallFormat):
     def _triggers(self, tools: ToolSet):
         return [("[ \\t\\n]*", "\\{", [SP, *chars('"tool_calls"'), SP, ":", SP, "\\[", SP, *call_units(tools)])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         opening = '"{" space "\\"tool_calls\\"" space ":" space "[" space'
         calls = repeated("call", tools, '"," space ')
-        return f'{call_rules(tools)}\nroot ::= {opening} {calls} "]" space "}}" space\n'
+        return f'{call_rules(tools, converter)}\nroot ::= {opening} {calls} "]" space "}}" space\n'
 
     def blocks(self, text: str) -> Iterator[Block]:
         at = self.opens_at(text)

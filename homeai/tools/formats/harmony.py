@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from homeai.tools.formats.base import Block, CallFormat, RawCall, arguments_rules, decode_at, escape, literal, \
-    names_unit, skip_space
+from homeai.tools.formats.base import Block, CallFormat, RawCall, SchemaConverter, arguments_rules, decode_at, escape, \
+    literal, names_unit, skip_space
 from homeai.tools.spec import ToolSet, dumps
 
 CHANNEL_FIRST = "<|channel|>commentary to=functions."
@@ -38,8 +38,8 @@ class Harmony(CallFormat):
     def _triggers(self, tools: ToolSet):
         return [("[\\s\\S]*?", escape(opener), [names_unit(tools)]) for opener in self.openers]
 
-    def _root(self, tools: ToolSet) -> str:
-        text, args = arguments_rules(tools)
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
+        text, args = arguments_rules(tools, converter)
         names = [literal(t.name) for t in tools.offered()]
         channel_first = " | ".join(f"{name} header-rest {rule}" for name, rule in zip(names, args))
         recipient_first = " | ".join(f'{name} "<|channel|>commentary" header-rest {rule}'

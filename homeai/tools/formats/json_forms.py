@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Iterator
 
-from homeai.tools.formats.base import SP, Block, CallFormat, call_rules, call_units, decode_at, escape, \
-    json_calls, name_and, objects_from, repeated, skip_space
+from homeai.tools.formats.base import SP, Block, CallFormat, SchemaConverter, call_rules, call_units, decode_at, \
+    escape, json_calls, name_and, objects_from, repeated, skip_space
 from homeai.tools.spec import ToolSet, dumps
 
 ANYWHERE = "[\\s\\S]*?"
@@ -42,10 +42,10 @@ class Hermes(CallFormat):
     def _triggers(self, tools: ToolSet):
         return [(ANYWHERE, escape("<tool_call>"), ["\\n?", *call_units(tools)])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         block = '"<tool_call>" "\\n"? call "\\n"? "</tool_call>"'
         calls = repeated(f"({block})", tools, '"\\n"? ')
-        return f"{call_rules(tools)}\nroot ::= {calls}\n"
+        return f"{call_rules(tools, converter)}\nroot ::= {calls}\n"
 
     def blocks(self, text: str) -> Iterator[Block]:
         return _marked_blocks(text, "<tool_call>", "</tool_call>")
@@ -64,9 +64,9 @@ class Llama3(CallFormat):
         units = call_units(tools)
         return [(AT_START, "\\{", units[1:]), (ANYWHERE, escape("<|python_tag|>"), [SP, *units])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         calls = repeated("call", tools, '";" space ')
-        return f'{call_rules(tools, "parameters")}\nroot ::= ("<|python_tag|>" space)? {calls}\n'
+        return f'{call_rules(tools, converter, "parameters")}\nroot ::= ("<|python_tag|>" space)? {calls}\n'
 
     def blocks(self, text: str) -> Iterator[Block]:
         at = self.opens_at(text)
@@ -107,9 +107,9 @@ class Granite(CallFormat):
     def _triggers(self, tools: ToolSet):
         return [(ANYWHERE, escape("<|tool_call|>"), [SP, "\\[", SP, *call_units(tools)])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         calls = repeated("call", tools, '"," space ')
-        return f'{call_rules(tools)}\nroot ::= "<|tool_call|>" space "[" space {calls} "]" space\n'
+        return f'{call_rules(tools, converter)}\nroot ::= "<|tool_call|>" space "[" space {calls} "]" space\n'
 
     def blocks(self, text: str) -> Iterator[Block]:
         return _marked_blocks(text, "<|tool_call|>", "")
@@ -126,9 +126,9 @@ class Phi4(CallFormat):
     def _triggers(self, tools: ToolSet):
         return [(ANYWHERE, escape("<|tool_call|>"), [SP, *call_units(tools)])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         block = '"<|tool_call|>" space call "<|/tool_call|>"'
-        return f"{call_rules(tools)}\nroot ::= {repeated(f'({block})', tools, 'space ')}\n"
+        return f"{call_rules(tools, converter)}\nroot ::= {repeated(f'({block})', tools, 'space ')}\n"
 
     def blocks(self, text: str) -> Iterator[Block]:
         at = 0

@@ -18,8 +18,8 @@ import json
 import re
 from typing import Callable, Iterator
 
-from homeai.tools.formats.base import Block, CallFormat, RawCall, chars, decode_at, escape, literal, names_unit, \
-    repeated, schema_rules, skip_space
+from homeai.tools.formats.base import Block, CallFormat, RawCall, SchemaConverter, chars, decode_at, escape, literal, \
+    names_unit, repeated, schema_rules, skip_space
 from homeai.tools.spec import Tool, ToolSet
 
 _NAME = re.compile(r"[A-Za-z0-9_\-.]+")
@@ -49,15 +49,15 @@ def _sequence(required: list[str], optional: list[str], sep: str) -> str:
     return "(" + " | ".join(alternatives) + ")?"
 
 
-def argument_bodies(tools: ToolSet, item: Callable[[str, str], str], text_rule: Callable[[dict], str | None],
-                    sep: str) -> tuple[str, list[str]]:
+def argument_bodies(tools: ToolSet, converter: SchemaConverter, item: Callable[[str, str], str],
+                    text_rule: Callable[[dict], str | None], sep: str) -> tuple[str, list[str]]:
     """Per offered tool, GBNF for its arguments written one by one: `item(key, value_rule)` each,
     `text_rule(schema)` for a value written as text (None: a JSON value, the converter's rule)."""
     offered = tools.offered()
     properties = [list((t.parameters.get("properties") or {}).items()) for t in offered]
     parts = {f"t{i}-p{j}": (i, key) for i, props in enumerate(properties)
              for j, (key, schema) in enumerate(props) if text_rule(schema) is None}
-    text, names = schema_rules(tools, parts) if parts else ("", {})
+    text, names = schema_rules(tools, converter, parts) if parts else ("", {})
     bodies = []
     for i, (tool, props) in enumerate(zip(offered, properties)):
         required = set(tool.parameters.get("required") or ())
@@ -74,7 +74,7 @@ class QwenXML(CallFormat):
     def _triggers(self, tools: ToolSet):
         return [("[\\s\\S]*?", escape("<tool_call>"), ["\\n?", *chars("<function="), names_unit(tools)])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         def text_rule(schema):
             strings = _strings(schema) if isinstance(schema, dict) else None
             return "(" + " | ".join(literal(s) for s in strings) + ")" if strings else \
@@ -83,7 +83,7 @@ class QwenXML(CallFormat):
         def item(key, rule):
             return f'{literal(f"<parameter={key}>")} "\\n"? {rule} "\\n"? "</parameter>" "\\n"?'
 
-        text, bodies = argument_bodies(tools, item, text_rule, "")
+        text, bodies = argument_bodies(tools, converter, item, text_rule, "")
         functions = " | ".join(f'"<function={t.name}>" "\\n"? {body} "</function>"'
                                for t, body in zip(tools.offered(), bodies))
         block = f'("<tool_call>" "\\n"? ({functions}) "\\n"? "</tool_call>")'
@@ -163,7 +163,7 @@ class Gemma(CallFormat):
     def _triggers(self, tools: ToolSet):
         return [("[\\s\\S]*?", escape(self.opener), [*chars("call:"), names_unit(tools)])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         quote = literal(self.quote)
 
         def text_rule(schema):
@@ -171,7 +171,8 @@ class Gemma(CallFormat):
             inner = "(" + " | ".join(literal(s) for s in strings) + ")" if strings else "gemma-text"
             return f"{quote} {inner} {quote}" if is_text(schema) else None
 
-        text, bodies = argument_bodies(tools, lambda key, rule: f"{literal(key + ':')} {rule}", text_rule, '","')
+        text, bodies = argument_bodies(tools, converter, lambda key, rule: f"{literal(key + ':')} {rule}", text_rule,
+                                       '","')
         functions = " | ".join(f'"call:{t.name}{{" {body} "}}"' for t, body in zip(tools.offered(), bodies))
         block = f"({literal(self.opener)} ({functions}) {literal(self.close)})"
         return f"{text}\ngemma-text ::= [^<]*\nroot ::= {repeated(block, tools)}\n"

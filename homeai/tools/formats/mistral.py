@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from homeai.tools.formats.base import SP, Block, CallFormat, RawCall, arguments_rules, call_rules, call_units, \
-    decode_at, escape, literal, names_unit, objects_from, repeated, short_id, skip_space, stable_id
+from homeai.tools.formats.base import SP, Block, CallFormat, RawCall, SchemaConverter, arguments_rules, call_rules, \
+    call_units, decode_at, escape, literal, names_unit, objects_from, repeated, short_id, skip_space, stable_id
 from homeai.tools.spec import ToolSet, dumps
 
 OPENER = "[TOOL_CALLS]"
@@ -38,11 +38,11 @@ class Mistral(CallFormat):
             return [("[\\s\\S]*?", escape(OPENER), [names_unit(tools)])]
         return [("[\\s\\S]*?", escape(OPENER), [SP, "\\[", SP, *call_units(tools)])]
 
-    def _root(self, tools: ToolSet) -> str:
+    def _root(self, tools: ToolSet, converter: SchemaConverter) -> str:
         if not self.named:
             calls = repeated("call", tools, '"," space ')
-            return f'{call_rules(tools)}\nroot ::= "[TOOL_CALLS]" space "[" space {calls} "]" space\n'
-        text, args = arguments_rules(tools)
+            return f'{call_rules(tools, converter)}\nroot ::= "[TOOL_CALLS]" space "[" space {calls} "]" space\n'
+        text, args = arguments_rules(tools, converter)
         named = " | ".join(f'{literal(t.name)} ("[CALL_ID]" [a-zA-Z0-9]{{9}})? "[ARGS]" {rule}'
                            for t, rule in zip(tools.offered(), args))
         return f'{text}\ntool-call ::= "[TOOL_CALLS]" ({named})\nroot ::= {repeated("tool-call", tools)}\n'
