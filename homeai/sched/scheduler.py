@@ -85,6 +85,7 @@ class Pending(NamedTuple):
     position: int
     ended: bool
 
+
 __all__ = ["NoRoom", "Output", "QueueFull", "ScheduledItem", "Scheduler", "SchedulerLimits", "StepPlan",
            "StepResult", "UnknownLane"]
 
@@ -520,7 +521,8 @@ class Scheduler:
 
     def update(self, plan: StepPlan, result: StepResult, now: float) -> list[Output]:
         """What the step did: every token, fair-share charge and background payment is settled
-        here, from the plan that ran; a step that found no KV slot settles nothing."""
+        here, from the plan that ran (`_settle`, the samples known); a step that found no KV slot
+        settles nothing."""
         self._clock = now
         if result.no_kv_slot:  # nothing was kept: shrink, and free room
             self.pacing.no_kv_slot()  # embedding chunks did not run either: they go again
@@ -529,116 +531,17 @@ class Scheduler:
                 self._preempt(victim, None)
             self.pools.drop_cached()  # cached prefixes too: the room must be real, in llama.cpp's cache
             return []
-        self.pacing.step_ran()
-        if plan.background is not None:
-            self.share.settle(plan.background)
-        if not plan.empty:
-            self.cost.observe(plan.shape, result.elapsed_ms, now)
-            for pool in self.pools.cache:  # the prompt cache's pools: their prefixes age by the step's work
-                self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
-            self.pools.expire(self.cost.tokens_per_kcell())
-        outputs = self._advance(plan.generating, result.samples, now)
-        if plan.batches[Pool.EMBED]:
-            outputs += [o for i in plan.batches[Pool.EMBED] if (o := self._embedded(i, result, now))]
-        return outputs
-
-    def _advance(self, items: list[ScheduledItem], samples: dict[str, Sample], now: float) -> list[Output]:
-        """What a step did for its generating items, in order: one pass over every sequence every
-        step, so what it reads is looked up once, not once an item."""
-        outputs: list[Output] = []
-        requests, policies, counters = self.requests, self.policies, self.fair.counters
-        output_cost: dict[str, float] = {}  # per lane: fair share's charge for one output token
-        for item in items:
-            request_id, _, seq_id, start, tokens, sampled, _, _ = item
-            request = requests.get(request_id)
-            if request is None or request.status is not RUNNING or request.seq_id != seq_id:
-                continue  # aborted or preempted while the step ran
-            if request.num_charged_prompt < len(request.prompt_tokens):  # else nothing to charge (a decode's case)
-                self._charge_prompt(request, item)
-            request.num_computed_tokens = start + len(tokens)
-            if not sampled:
-                continue
-            sample = samples[request_id]
-            last = request.last_token_time
-            if request.first_token_time is None:
-                request.first_token_time = now
-            elif last is not None:
-                request.itls.append(now - last)
-            request.last_token_time = now
-            if sample.is_eog:
-                self._finish(request, "stop", now)
-                outputs.append(new_tuple(Output, (request, None, True)))
-                continue
-            output = request.output_tokens
-            output.append(sample.token)
-            lane, params = request.lane, request.params
-            if params.record_logits:  # (its rows' scores: kept for evaluation, read by nothing else)
-                request.samples.append(sample)
-            cost = output_cost.get(lane)
-            if cost is None:
-                cost = output_cost[lane] = self.fair.output_cost(policies[lane].weight)
-            key = (lane, request.member)  # `fair.charge_output`, inlined
-            counters[key] = counters.get(key, 0.0) + cost
-            forced = params.forced_tokens  # `request.max_tokens`, inlined
-            if len(output) >= (params.max_tokens if forced is None else len(forced)):
-                self._finish(request, "length", now)
-                outputs.append(new_tuple(Output, (request, sample, True)))
-            else:
-                outputs.append(new_tuple(Output, (request, sample, False)))
-        return outputs
+        self._observe(plan, result, now)  # (before `_settle`: the prompt cache's expiry reads the cost model)
+        return self._settle(plan, now, result)
 
     # ---- a step settled in two halves (the next one planned while it computes) ----------
 
     def ahead(self, plan: StepPlan, now: float) -> list[Pending]:
-        """`update()` before the samples are read: every token of the step computed, fair share
-        charged (each sampled row's output token too), background's credit settled; each sampled
-        row's place in its request's output holds PENDING; a request at its last token ends here,
-        as update() ends it. Returns the sampled rows, for `settle`. (One pass over the items, as
-        `_advance`: it runs for every sequence every step.)"""
-        self._clock = now
-        self.pacing.step_ran()
-        if plan.background is not None:
-            self.share.settle(plan.background)
-        if not plan.empty:
-            for pool in self.pools.cache:
-                self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
-            self.pools.expire(self.cost.tokens_per_kcell())
-        pending: list[Pending] = []
-        requests, policies, counters = self.requests, self.policies, self.fair.counters
-        output_cost: dict[str, float] = {}  # per lane: fair share's charge for one output token
-        for item in plan.generating:
-            request_id, _, seq_id, start, tokens, sampled, _, _ = item
-            request = requests.get(request_id)
-            if request is None or request.status is not RUNNING or request.seq_id != seq_id:
-                continue  # aborted or preempted while the step was planned
-            if request.num_charged_prompt < len(request.prompt_tokens):
-                self._charge_prompt(request, item)
-            request.num_computed_tokens = start + len(tokens)
-            if not sampled:
-                continue
-            output = request.output_tokens
-            output.append(PENDING)
-            lane = request.lane
-            cost = output_cost.get(lane)
-            if cost is None:
-                cost = output_cost[lane] = self.fair.output_cost(policies[lane].weight)
-            key = (lane, request.member)
-            counters[key] = counters.get(key, 0.0) + cost
-            forced = request.params.forced_tokens  # `request.max_tokens`, inlined
-            ended = len(output) >= (request.params.max_tokens if forced is None else len(forced))
-            if ended:
-                self._finish(request, "length", now)
-            pending.append(new_tuple(Pending, (request, len(request.prompt_tokens) + len(output) - 1, ended)))
-        for item in plan.batches[Pool.EMBED]:
-            request = requests.get(item.request_id)
-            if request is None or request.finished or request.seq_id != item.seq_id:
-                continue
-            self._charge_prompt(request, item)
-            request.num_computed_tokens = item.start + len(item.tokens)
-            if item.sample:  # its last chunk: the vector is read in settle()
-                self._finish(request, "stop", now)
-                pending.append(Pending(request, 0, True))
-        return pending
+        """`update()` before the samples are read (`_settle`, without them): every token of the step
+        computed, fair share charged (each sampled row's output token too), background's credit
+        settled; each sampled row's place in its request's output holds PENDING; a request at its
+        last token ends here, as update() ends it. Returns the sampled rows, for `settle`."""
+        return self._settle(plan, now, None)
 
     def settle(self, plan: StepPlan, pending: list[Pending], result: StepResult, now: float,
                next_plan: StepPlan | None) -> list[Output]:
@@ -646,34 +549,25 @@ class Scheduler:
         (in the request, and in `next_plan`'s items, planned meanwhile); an end of generation ends
         its request ("stop", its output charge given back, its items dropped from `next_plan`), as
         update() would have ended it; the step's time taught to the cost model."""
+        self._observe(plan, result, now)
         self._clock = now
-        if not plan.empty:
-            self.cost.observe(plan.shape, result.elapsed_ms, now)
         outputs: list[Output] = []
         samples = result.samples
         planned: dict[str, ScheduledItem] | None = None  # next_plan's items by request, once one is patched
         for request, position, ended in pending:
             if request.kind is not GENERATE_KIND:  # an embedding input's last chunk
-                request.embedding = result.embeddings.get(request.request_id)
-                request.first_token_time = request.finish_time = now
-                outputs.append(Output(request, None, True))
+                outputs.append(_embedded(request, result, now))
                 continue
             if request.status is FINISHED and not ended:
                 continue  # aborted while the step computed
             sample = samples[request.request_id]
-            last = request.last_token_time
-            if request.first_token_time is None:
-                request.first_token_time = now
-            elif last is not None:
-                request.itls.append(now - last)
-            request.last_token_time = now
-            output = request.output_tokens
+            request.sampled_at(now)
             if sample.is_eog:
                 self._ended_late(request, ended, now, next_plan)
                 outputs.append(new_tuple(Output, (request, None, True)))
                 continue
-            token = output[position - len(request.prompt_tokens)] = sample.token
-            if request.params.record_logits:
+            token = request.output_tokens[position - len(request.prompt_tokens)] = sample.token
+            if request.params.record_logits:  # (its rows' scores: kept for evaluation, read by nothing else)
                 request.samples.append(sample)
             if ended:
                 request.finish_time = now
@@ -688,6 +582,87 @@ class Scheduler:
                         tokens[position - start] = token
             outputs.append(new_tuple(Output, (request, sample, ended)))
         return outputs
+
+    def _observe(self, plan: StepPlan, result: StepResult, now: float) -> None:
+        if not plan.empty:
+            self.cost.observe(plan.shape, result.elapsed_ms, now)
+
+    def _settle(self, plan: StepPlan, now: float, result: StepResult | None) -> list:
+        """The one settlement of a step that ran: its tokens computed, fair share's charges (each
+        sampled row's output token's too), background's credit, the prompt cache's aging; a request
+        at its last token ended ("length"), an embedding input at its last chunk ("stop").
+
+        With `result` (`update`), each sampled row's token is written and timed, an end of generation
+        ends its request ("stop", uncharged), and the step's outputs are returned. Without it
+        (`ahead`: the samples are not read yet), each sampled row's place in its output is held by
+        PENDING and charged, and the sampled rows are returned, for `settle`. (One pass over the
+        items: it runs for every sequence every step, so what it reads is looked up once, not once
+        an item.)"""
+        self._clock = now
+        self.pacing.step_ran()
+        if plan.background is not None:
+            self.share.settle(plan.background)
+        if not plan.empty:
+            for pool in self.pools.cache:  # the prompt cache's pools: their prefixes age by the step's work
+                self.pools.computed(pool, sum([len(i.tokens) for i in plan.batches[pool]]))
+            self.pools.expire(self.cost.tokens_per_kcell())
+        settled: list = []  # the outputs (with `result`), else the sampled rows (`Pending`)
+        samples = result.samples if result is not None else None
+        requests, policies, counters = self.requests, self.policies, self.fair.counters
+        output_cost: dict[str, float] = {}  # per lane: fair share's charge for one output token
+        for item in plan.generating:
+            request_id, _, seq_id, start, tokens, sampled, _, _ = item
+            request = requests.get(request_id)
+            if request is None or request.status is not RUNNING or request.seq_id != seq_id:
+                continue  # aborted or preempted while the step ran (or was planned)
+            if request.num_charged_prompt < len(request.prompt_tokens):  # else nothing to charge (a decode's case)
+                self._charge_prompt(request, item)
+            request.num_computed_tokens = start + len(tokens)
+            if not sampled:
+                continue
+            if samples is None:
+                token = PENDING
+            else:
+                sample = samples[request_id]
+                last = request.last_token_time  # `request.sampled_at(now)`, inlined (every sequence, every step)
+                if request.first_token_time is None:
+                    request.first_token_time = now
+                elif last is not None:
+                    request.itls.append(now - last)
+                request.last_token_time = now
+                if sample.is_eog:
+                    self._finish(request, "stop", now)
+                    settled.append(new_tuple(Output, (request, None, True)))
+                    continue
+                token = sample.token
+            output = request.output_tokens
+            output.append(token)
+            lane, params = request.lane, request.params
+            cost = output_cost.get(lane)
+            if cost is None:
+                cost = output_cost[lane] = self.fair.output_cost(policies[lane].weight)
+            key = (lane, request.member)  # `fair.charge_output`, inlined
+            counters[key] = counters.get(key, 0.0) + cost
+            forced = params.forced_tokens  # `request.max_tokens`, inlined
+            ended = len(output) >= (params.max_tokens if forced is None else len(forced))
+            if ended:
+                self._finish(request, "length", now)
+            if samples is None:
+                settled.append(new_tuple(Pending, (request, len(request.prompt_tokens) + len(output) - 1, ended)))
+            else:
+                if params.record_logits:
+                    request.samples.append(sample)
+                settled.append(new_tuple(Output, (request, sample, ended)))
+        for item in plan.batches[Pool.EMBED]:
+            request = requests.get(item.request_id)
+            if request is None or request.finished or request.seq_id != item.seq_id:
+                continue
+            self._charge_prompt(request, item)
+            request.num_computed_tokens = item.start + len(item.tokens)
+            if item.sample:  # its last chunk: its vector is the result's (read in `settle`, when ahead)
+                self._finish(request, "stop", now)
+                settled.append(Pending(request, 0, True) if result is None else _embedded(request, result, now))
+        return settled
 
     def _ended_late(self, request: Request, ended: bool, now: float, next_plan: StepPlan | None) -> None:
         """An end of generation sampled in a step settled ahead: the request ends "stop" as update()
@@ -741,19 +716,6 @@ class Scheduler:
         counters = self.fair.counters
         counters[key] = counters.get(key, 0.0) + n * self.fair.output_cost(self.policies[request.lane].weight)
 
-    def _embedded(self, item: ScheduledItem, result: StepResult, now: float) -> Output | None:
-        request = self.requests.get(item.request_id)
-        if request is None or request.finished or request.seq_id != item.seq_id:
-            return None
-        self._charge_prompt(request, item)
-        request.num_computed_tokens = item.start + len(item.tokens)
-        if not item.sample:
-            return None
-        request.embedding = result.embeddings.get(item.request_id)
-        request.first_token_time = now
-        self._finish(request, "stop", now)
-        return Output(request, None, True)
-
     def _charge_prompt(self, request: Request, item: ScheduledItem) -> None:
         """Fair share's charge for the prompt tokens a chunk that ran read (a recompute is free)."""
         end = min(item.start + len(item.tokens), request.num_prompt_tokens)
@@ -771,3 +733,10 @@ class Scheduler:
     def _eligible_at(self, lane: str, arrival: float) -> float:
         return eligible_at(self.policies[lane], arrival, engine_busy=bool(self.running),
                            num_queued=len(self.waiting[lane]))
+
+
+def _embedded(request: Request, result: StepResult, now: float) -> Output:
+    """An embedding input's last chunk ran (its request ended "stop"): its vector, out."""
+    request.embedding = result.embeddings.get(request.request_id)
+    request.first_token_time = request.finish_time = now
+    return Output(request, None, True)
