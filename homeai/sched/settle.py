@@ -54,7 +54,8 @@ class Settlement:
                 self._preempt(victim, None)
             self.pools.drop_cached()  # cached prefixes too: the room must be real, in llama.cpp's cache
             return []
-        self._observe(plan, result, now)  # (before `_settle`: the prompt cache's expiry reads the cost model)
+        if not plan.empty:  # the step's time taught (before `_settle`: the prompt cache's expiry reads the cost model)
+            self.cost.observe(plan.shape, result.elapsed_ms, now)
         return self._settle(plan, now, result)
 
     # ---- a step settled in two halves (the next one planned while it computes) ----------
@@ -72,8 +73,9 @@ class Settlement:
         (in the request, and in `next_plan`'s items, planned meanwhile); an end of generation ends
         its request ("stop", its output charge given back, its items dropped from `next_plan`), as
         update() would have ended it; the step's time taught to the cost model."""
-        self._observe(plan, result, now)
         self._clock = now
+        if not plan.empty:
+            self.cost.observe(plan.shape, result.elapsed_ms, now)
         outputs: list[Output] = []
         samples = result.samples
         planned: dict[str, ScheduledItem] | None = None  # next_plan's items by request, once one is patched
@@ -105,10 +107,6 @@ class Settlement:
                         tokens[position - start] = token
             outputs.append(new_tuple(Output, (request, sample, ended)))
         return outputs
-
-    def _observe(self, plan: StepPlan, result: StepResult, now: float) -> None:
-        if not plan.empty:
-            self.cost.observe(plan.shape, result.elapsed_ms, now)
 
     def _settle(self, plan: StepPlan, now: float, result: StepResult | None) -> list:
         """The one settlement of a step that ran: its tokens computed, fair share's charges (each
@@ -147,7 +145,9 @@ class Settlement:
                 token = PENDING
             else:
                 sample = samples[request_id]
-                last = request.last_token_time  # `request.sampled_at(now)`, inlined (every sequence, every step)
+                # `request.sampled_at(now)`, inlined: every sequence, every step (the call cost ~440 instructions
+                # a sequence, 0.6% of schedule() and update() at four: `sched_step_cost.py --callgrind`)
+                last = request.last_token_time
                 if request.first_token_time is None:
                     request.first_token_time = now
                 elif last is not None:
