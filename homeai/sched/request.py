@@ -173,7 +173,8 @@ class Request:
         return self.status is Status.FINISHED
 
     def sampled_at(self, now: float) -> None:
-        """A token of its output was sampled at `now`: its first token's time, or an inter-token time."""
+        """A token of its output was sampled at `now`: its first token's time, or an inter-token time.
+        (The settlement writes these lines out, for every sequence every step: `settle.py`.)"""
         last = self.last_token_time
         if self.first_token_time is None:
             self.first_token_time = now

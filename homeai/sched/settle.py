@@ -86,7 +86,12 @@ class Settlement:
             if request.status is FINISHED and not ended:
                 continue  # aborted while the step computed
             sample = samples[request.request_id]
-            request.sampled_at(now)
+            last = request.last_token_time  # `request.sampled_at(now)`, inlined (as in `_settle`)
+            if request.first_token_time is None:
+                request.first_token_time = now
+            elif last is not None:
+                request.itls.append(now - last)
+            request.last_token_time = now
             if sample.is_eog:
                 self._ended_late(request, ended, now, next_plan)
                 outputs.append(new_tuple(Output, (request, None, True)))
@@ -145,8 +150,9 @@ class Settlement:
                 token = PENDING
             else:
                 sample = samples[request_id]
-                # `request.sampled_at(now)`, inlined: every sequence, every step (the call cost ~440 instructions
-                # a sequence, 0.6% of schedule() and update() at four: `sched_step_cost.py --callgrind`)
+                # `request.sampled_at(now)`, inlined here and in `settle`: every sequence, every step (the call
+                # cost ~440 instructions a sequence, 0.6% of schedule() and update() at four: `sched_step_cost.py
+                # --callgrind`)
                 last = request.last_token_time
                 if request.first_token_time is None:
                     request.first_token_time = now
