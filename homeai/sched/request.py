@@ -172,16 +172,6 @@ class Request:
     def finished(self) -> bool:
         return self.status is Status.FINISHED
 
-    def sampled_at(self, now: float) -> None:
-        """A token of its output was sampled at `now`: its first token's time, or an inter-token time.
-        (The settlement writes these lines out, for every sequence every step: `settle.py`.)"""
-        last = self.last_token_time
-        if self.first_token_time is None:
-            self.first_token_time = now
-        elif last is not None:
-            self.itls.append(now - last)
-        self.last_token_time = now
-
     def tokens_slice(self, start: int, stop: int) -> list[int]:
         n_prompt = len(self.prompt_tokens)
         if stop <= n_prompt:

@@ -86,7 +86,7 @@ class Settlement:
             if request.status is FINISHED and not ended:
                 continue  # aborted while the step computed
             sample = samples[request.request_id]
-            last = request.last_token_time  # `request.sampled_at(now)`, inlined (as in `_settle`)
+            last = request.last_token_time  # (the row's timing, written out as in `_settle`)
             if request.first_token_time is None:
                 request.first_token_time = now
             elif last is not None:
@@ -150,9 +150,9 @@ class Settlement:
                 token = PENDING
             else:
                 sample = samples[request_id]
-                # `request.sampled_at(now)`, inlined here and in `settle`: every sequence, every step (the call
-                # cost ~440 instructions a sequence, 0.6% of schedule() and update() at four: `sched_step_cost.py
-                # --callgrind`)
+                # The row's timing, written out here and in `settle` (every sequence, every step): as a method
+                # of `Request` its call cost ~440 instructions a sequence, 0.6% of schedule() and update()
+                # at four sequences (`sched_step_cost.py --callgrind`).
                 last = request.last_token_time
                 if request.first_token_time is None:
                     request.first_token_time = now
