@@ -60,7 +60,8 @@ from homeai.bench.raw_loop import raw_batched_decode
 from homeai.config import from_dict
 from homeai.llama import runner as runner_mod
 from homeai.engine import engine as engine_mod
-from homeai.engine.engine import Engine, _last, create_engine
+from homeai.engine.engine import Engine, create_engine
+from homeai.engine.intake import _last
 from homeai.llama import Runner
 from homeai.sched.plan import ScheduledItem, StepPlan, StepResult
 from homeai.sched.pools import Pool

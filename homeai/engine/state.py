@@ -1,12 +1,13 @@
 """What the box is doing, as typed values: each lane's policy and live state, each KV cache's
 use, and the prompt cache's hits (the lane's, and each member's own). The engine builds it
-under its lock; `api/lanes.py` turns it into the `/api/lanes` JSON and `api/prometheus.py` into
+under its lock (`engine_state`); `api/lanes.py` turns it into the `/api/lanes` JSON and `api/prometheus.py` into
 gauges, each showing a member who is not an admin only what tells nothing of others' prompts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from homeai.sched import costmodel
 from lanes.base import LanePolicy
 
 
@@ -76,3 +77,29 @@ class EngineState:
 
     def total(self, key: str) -> int:
         return sum(getattr(c, key) for c in self.caches.values())
+
+
+def engine_state(engine) -> EngineState:
+    """What `engine` is doing (`Engine.state`, under its lock)."""
+    sched = engine.scheduler
+    running = {name: 0 for name in engine.policies}
+    for request in sched.running:
+        running[request.lane] += 1
+    lanes = {name: _lane_state(engine, name, policy, running[name]) for name, policy in engine.policies.items()}
+    caches = {pool.value: CacheState(kv.num_cells, kv.num_used_cells, kv.num_cached_cells,
+                                     sched.limits.num_seqs, len(kv.allocated), len(kv.cached))
+              for pool in reversed(sched.pools.generating) for kv in [sched.pools.kv[pool]]}
+    return EngineState(lanes, caches, engine.counters["steps"], costmodel.named(sched.cost.coefficients))
+
+
+def _lane_state(engine, name: str, policy: LanePolicy, running: int) -> LaneState:
+    sched, recent = engine.scheduler, engine.windows[name].summary()
+    return LaneState(policy, sched.num_waiting(name), running, engine.counters["rejected"][name],
+                     round(sched.typical_output(name), 1), _rounded(sched.reading_pace(name)),
+                     recent["finished"], Latency(**recent["ttft_ms"]), Latency(**recent["itl_ms"]),
+                     engine.prompt_cache[name],
+                     {m: use for (lane, m), use in engine.member_prompt_cache.items() if lane == name})
+
+
+def _rounded(ms: float | None) -> float | None:
+    return None if ms is None else round(ms, 1)

@@ -68,7 +68,7 @@ class FairShare:
 
     def output_cost(self, weight: float) -> float:
         """`cost(weight=weight, num_out=1)`, kept per weight (an output token is charged for every
-        sequence every step: `Scheduler._advance` adds it to the counters itself)."""
+        sequence every step: `Scheduler._settle` adds it to the counters itself)."""
         cost = self._output_cost.get(weight)
         if cost is None:
             cost = self._output_cost[weight] = self.cost(weight=weight, num_out=1)

@@ -83,7 +83,7 @@ def run_plain(num_cells: int, make=workload) -> dict[str, Request]:
 def run_ahead(num_cells: int, make=workload, as_engine: bool = False) -> tuple[dict[str, Request], int, int, int]:
     """Every step's successor planned before its samples are settled (`as_engine`: only when it will
     hold decodes alone, and planned again if a request came meanwhile, as the engine's
-    `_loop_ahead` does); with the fake runner. Returns the requests, how many rows an end found a
+    `Engine._loop` does when it plans ahead); with the fake runner. Returns the requests, how many rows an end found a
     step late dropped from the plan made meanwhile, how many sequences that plan preempted
     while their token was pending, and how many steps were planned ahead."""
     sched = create_scheduler(num_cells=num_cells, max_step_tokens=96)
