@@ -1,6 +1,7 @@
 """A member's rights: who is asking (`Caller`) and the lanes they may use.
 
-Every protocol asks here before a lane is used: an unknown lane is a 400 `unknown_lane`, a lane
+Every protocol asks here before a lane is used (Wyoming too, for the member it acts as:
+`member_may_use`): an unknown lane is a 400 `unknown_lane`, a lane
 the member may not use a 403 `lane_not_allowed` naming the lanes they may
 (`homeai.store.members.check_lane`). The default member is an admin: every lane.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from homeai.service.errors import ServiceError
-from homeai.store.members import LaneNotAllowed, check_lane
+from homeai.store.members import LaneNotAllowed, check_lane, lanes_of
 from lanes.base import LanePolicy
 
 
@@ -57,3 +58,16 @@ def allow_lane(caller: Caller, lane: str) -> None:
         check_lane(caller.name, caller.lanes, lane)
     except LaneNotAllowed as e:
         raise ServiceError(403, str(e), code="lane_not_allowed", param="lane") from None
+
+
+def member_may_use(sessions, member: str, lane: str) -> None:
+    """The member named `member` (Wyoming's `wyoming.member`) exists and may use `lane`, read from
+    the store now (a change by `homeai members lanes` applies at once): else a 403 naming the lanes
+    they may use, or a 404 `unknown_member`. Blocking: call it off the event loop."""
+    try:
+        with sessions() as session:
+            check_lane(member, lanes_of(session, name=member), lane)
+    except LaneNotAllowed as e:
+        raise ServiceError(403, str(e), code="lane_not_allowed", param="lane") from None
+    except ValueError as e:
+        raise ServiceError(404, str(e), code="unknown_member") from None

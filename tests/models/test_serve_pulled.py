@@ -36,7 +36,7 @@ def test_a_pulled_split_model_served_by_its_name(hub, tmp_path):
     try:
         with serve(cfg, runner) as server:
             client = ollama.Client(host=server.url, timeout=TIMEOUT)
-            served = f"{server.runtime.models['generate'].id}:latest"
+            served = f"{server.program.models['generate'].id}:latest"
             assert served == "split-Q8_0-00001-of-00003:latest"
             lane_names = {served.replace(":latest", f":{lane}") for lane in ("voice", "chat", "summaries", "indexing")}  # issue 27
             assert {m.model for m in client.list().models} == {served, NAME} | lane_names
