@@ -4,7 +4,7 @@ build it here.
 
     program = Program(cfg)        # nothing loaded: the service answers "loading" meanwhile
     program.open()                # the store migrated, the default member, the jobs (not yet running)
-    program.start()               # the models loaded in a background thread, then the jobs' schedules
+    program.start()               # the models loading in a background thread; the jobs run (a run waits for the model)
     ... program.service ...       # what every protocol and job asks (homeai.service)
     program.stopping_jobs(); await program.stop_engine()   # the graceful stop's part (homeai.api.runtime)
     program.stop()                # whatever it loaded closed
@@ -17,8 +17,9 @@ and closes none of them. Speech is optional: when it cannot load, `stt` stays No
 says why, and chat still serves; speech out (`tts`) the same way. When the engine dies, `error`
 says why and the `on_fatal` callbacks are called; `on_finish` callbacks are attached to the engine
 when it starts (the HTTP side's metrics and stats writer). The lanes served by remote servers
-(`remotes`) are the program's too: the service says which lanes they are. Above the protocols: `homeai.api`,
-`homeai.wyoming` and `homeai.jobs` are handed the service, never the pieces below it.
+(`remotes`) are the program's too: the service says which lanes they are. The program stands above
+the service's clients: `homeai.api`, `homeai.wyoming` and `homeai.jobs` are handed the service,
+never the pieces below it.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from homeai.speech.base import libraries_missing, tts_libraries_missing
 from homeai.store import db
 from homeai.store.members import ensure_default_member
 
-log = logging.getLogger("homeai.api")
+log = logging.getLogger("homeai.app")
 
 ALIASES = ("homeai", "default")
 # An absolute path of two or more parts (not a URL's): "/home/alice/models/x.gguf"

@@ -47,7 +47,7 @@ GRAMMAR_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="grammar
 
 class Service:
     def __init__(self, program):
-        self.runtime = program  # homeai.app.Program: what was assembled, read as it loads
+        self.program = program  # homeai.app.Program: what was assembled, read as it loads
         self.hearing = Hearing(program)  # speech in: one speech turn (homeai.service.hearing)
         self.speaking = Speaking(program)  # speech out (homeai.service.speaking)
         self.jobs = None  # the job service, for `documents` (set by the program once it opens)
@@ -56,19 +56,19 @@ class Service:
 
     @property
     def cfg(self):
-        return self.runtime.cfg
+        return self.program.cfg
 
     @property
     def remotes(self):
         """The lanes answered by remote servers (`[remote.<lane>]`)."""
-        return self.runtime.remotes
+        return self.program.remotes
 
     def engine(self) -> Engine:
         """The engine once the model is loaded; else a 503 saying why."""
-        runtime = self.runtime
-        if runtime.engine is None:
-            raise model_unavailable(runtime.error) if runtime.error else model_loading()
-        return runtime.engine
+        program = self.program
+        if program.engine is None:
+            raise model_unavailable(program.error) if program.error else model_loading()
+        return program.engine
 
     def ready(self) -> None:
         self.engine()
@@ -76,52 +76,52 @@ class Service:
     def runner(self):
         """The loaded model (tokenizer, chat template, grammars) once it serves; else a 503 saying why."""
         self.engine()
-        return self.runtime.runner
+        return self.program.runner
 
     def health(self) -> dict:
         """What `/healthz` says: "error" (and why), "loading", or what is served."""
-        runtime = self.runtime
-        if runtime.error:
-            return {"status": "error", "error": runtime.error}
-        engine = runtime.engine
+        program = self.program
+        if program.error:
+            return {"status": "error", "error": program.error}
+        engine = program.engine
         if engine is None:
             return {"status": "loading"}
-        info = runtime.runner.info
-        return {"status": "ok", "model": runtime.model_id("generate"), "embedding_model": runtime.model_id("embed"),
+        info = program.runner.info
+        return {"status": "ok", "model": program.model_id("generate"), "embedding_model": program.model_id("embed"),
                 "n_ctx": info.n_ctx, "max_seq_len": info.max_seq_len,
                 "interactive_max_seq_len": engine.interactive_max_seq_len, "n_seq_max": info.n_seq_max,
                 "gpu_offload": info.gpu_offload, "lanes": list(engine.policies)}
 
     def state_now(self) -> EngineState | None:
         """The engine's state now, or None while the model loads (`/metrics` renders either)."""
-        engine = self.runtime.engine
+        engine = self.program.engine
         return engine.state() if engine is not None else None
 
     def work(self) -> Work | None:
         """What background jobs ask of the model (`homeai.service.background`), or None while it loads."""
-        engine = self.runtime.engine
-        return Work(engine, self.runtime.runner) if engine is not None else None
+        engine = self.program.engine
+        return Work(engine, self.program.runner) if engine is not None else None
 
     def member_may_use(self, member: str, lane: str) -> None:
         """A 403 (or a 404 for no such member) unless the member named `member` may use `lane`, read
         from the store now (Wyoming's `wyoming.member`). Blocking: call it off the event loop."""
-        member_may_use(self.runtime.sessions, member, lane)
+        member_may_use(self.program.sessions, member, lane)
 
     def cards(self) -> list:
         self.ready()
-        return self.runtime.cards()
+        return self.program.cards()
 
     def loaded_cards(self) -> dict:
         """The served model cards by purpose ("generate", "embed"), as loaded so far (none while loading)."""
-        return self.runtime.models
+        return self.program.models
 
     def cards_now(self) -> list:
         """The served model cards, none while the model loads (no 503: `/api/pull` and `/api/delete`)."""
-        return self.runtime.cards()
+        return self.program.cards()
 
     def names_served(self, name: str | None, purpose: str) -> bool:
         """Whether `name` (or an alias, or nothing) names the model serving `purpose`."""
-        return self.runtime.resolve_model(name, purpose) is not None
+        return self.program.resolve_model(name, purpose) is not None
 
     def members_using(self) -> dict:
         """Who is using the box now (`homeai.engine.usage.members`: an admin's `/api/lanes`)."""
@@ -131,9 +131,9 @@ class Service:
         """The served model's id for `purpose` ("generate" or "embed") if `requested` names it (as
         Ollama's `<id>:latest` too, or `<id>:<lane>`: `homeai.service.names`); else a 404."""
         self.ready()
-        model = self.runtime.resolve_model(self._base(requested), purpose)
+        model = self.program.resolve_model(self._base(requested), purpose)
         if model is None:
-            served = self.runtime.model_id(purpose)
+            served = self.program.model_id(purpose)
             raise ServiceError(404, f"the model {requested!r} does not exist; this server serves {served!r} "
                                     f"(also as {served}:<lane> for a lane: {', '.join(self.cfg.lanes)})",
                                code="model_not_found", param="model")
@@ -145,9 +145,9 @@ class Service:
         self.ready()
         found, purposes = None, set()
         for purpose in ("generate", "embed"):
-            if self.runtime.resolve_model(self._base(name), purpose) is not None:
-                found = found or self.runtime.models[purpose]
-                if self.runtime.models[purpose] == found:
+            if self.program.resolve_model(self._base(name), purpose) is not None:
+                found = found or self.program.models[purpose]
+                if self.program.models[purpose] == found:
                     purposes.add(purpose)
         return (found, purposes) if found is not None else None
 
@@ -155,7 +155,7 @@ class Service:
         """The served model's names that pick a lane `caller` may use (`<id>:summaries`, ...), and its
         short alias's (`home`, `home:summaries`, ...: `[clients] model_alias`)."""
         self.ready()
-        return names.listed(self.runtime.model_id("generate"), self.cfg.lanes, caller.lanes,
+        return names.listed(self.program.model_id("generate"), self.cfg.lanes, caller.lanes,
                             alias=self.cfg.clients.model_alias)
 
     def _base(self, name: str | None) -> str | None:
@@ -196,7 +196,7 @@ class Service:
 
     def lane(self, caller: Caller, requested: str | None, default: str) -> tuple[str, LanePolicy]:
         """The lane asked for (else `default`) and its policy: 400 unknown, 403 not the member's."""
-        return lane_for(self.runtime, caller, requested, default)
+        return lane_for(self.program, caller, requested, default)
 
     def request_lane(self, caller: Caller, *, model: str | None, lane: str | None = None,
                      header: str | None = None, default: str) -> tuple[str, LanePolicy]:

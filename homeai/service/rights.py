@@ -40,13 +40,13 @@ class Caller:
         return self.name if self.proxy else ""
 
 
-def lane_for(runtime, caller: Caller, name: str | None, default: str) -> tuple[str, LanePolicy]:
+def lane_for(program, caller: Caller, name: str | None, default: str) -> tuple[str, LanePolicy]:
     """The lane a request asked for (`name`, else `default`) and its policy: a 400 when there is no
     such lane, a 403 when `caller` may not use it."""
     lane = name or default
-    policy = runtime.cfg.lanes.get(lane)
+    policy = program.cfg.lanes.get(lane)
     if policy is None:
-        raise ServiceError(400, f"unknown lane {lane!r} (known: {', '.join(runtime.cfg.lanes)})",
+        raise ServiceError(400, f"unknown lane {lane!r} (known: {', '.join(program.cfg.lanes)})",
                            code="unknown_lane", param="lane")
     allow_lane(caller, lane)
     return lane, policy
