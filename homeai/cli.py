@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from homeai import config as config_mod
-from homeai.jobs.cli import add_index_parser
+from homeai.index_cli import add_index_parser
 from homeai.models_cli import add_model_parsers
 
 
@@ -193,11 +193,12 @@ def cmd_serve(cfg: config_mod.Config, args) -> int:
         raise config_mod.ConfigError(f"{cfg.source}: {e}") from None
     from homeai.api.app import create_app
     from homeai.api.shutdown import serve
+    from homeai.app import Program
 
     cfg = config_mod.with_overrides(cfg, host=args.host, port=args.port)
     remotes = "".join(f", {lane} lane -> {r.url}" for lane, r in cfg.remotes.items())
     print(f"homeai: serving on http://{cfg.server.host}:{cfg.server.port} (config: {cfg.source}{remotes})", flush=True)
-    return serve(create_app(cfg), cfg, log_level=args.log_level)
+    return serve(create_app(Program(cfg)), cfg, log_level=args.log_level)
 
 
 def cmd_doctor(cfg: config_mod.Config, args) -> int:
@@ -275,13 +276,11 @@ def _lanes_text(members, member) -> str:
 def cmd_bench(cfg: config_mod.Config, args) -> int:
     if args.workload == "engine":
         from homeai.bench.engine_bench import engine_throughput, planning_cost, report
-        from homeai.engine.engine import create_engine
-        from homeai.llama import Runner
-        from homeai.models import generation_model
+        from homeai.app import engine_over, load_runner
 
         seqs = [int(s) for s in args.seqs.split(",")]
-        runner = Runner(cfg.model, generation_model(cfg))
-        engine = create_engine(cfg, runner).start()
+        runner = load_runner(cfg, embeddings=False, grammar=False)
+        engine = engine_over(cfg, runner).start()
         try:
             from homeai.threads import default_threads
 
@@ -339,12 +338,10 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
 
 def run_grammar(cfg: config_mod.Config, args) -> int:
     from homeai.bench.grammar_bench import grammar_throughput, report
-    from homeai.engine.engine import create_engine
-    from homeai.llama import Runner
-    from homeai.models import generation_model
+    from homeai.app import engine_over, load_runner
 
-    runner = Runner(cfg.model, generation_model(cfg))
-    engine = create_engine(cfg, runner).start()
+    runner = load_runner(cfg, embeddings=False, grammar=False)
+    engine = engine_over(cfg, runner).start()
     try:
         rows = grammar_throughput(engine, [int(s) for s in args.seqs.split(",")], args.tokens, args.reps,
                                   progress=lambda r: print(f"  {r['seqs']:>3} seqs: free {r['free_tok_s']:.1f}, "
@@ -360,12 +357,10 @@ def run_grammar(cfg: config_mod.Config, args) -> int:
 def run_neighbour(cfg: config_mod.Config, args) -> int:
     from homeai import threads
     from homeai.bench import neighbour
-    from homeai.engine.engine import create_engine
-    from homeai.llama import Runner
-    from homeai.models import generation_model
+    from homeai.app import engine_over, load_runner
 
-    runner = Runner(cfg.model, generation_model(cfg))
-    engine = create_engine(cfg, runner).start()
+    runner = load_runner(cfg, embeddings=False, grammar=False)
+    engine = engine_over(cfg, runner).start()
     try:
         doc = neighbour.run(engine, phase_s=args.phase, num_busy=args.busy)
     finally:
@@ -402,10 +397,9 @@ def run_multiturn(cfg: config_mod.Config, args) -> int:
 
     runner = None
     if not args.simulate:
-        from homeai.llama import Runner
-        from homeai.models import generation_model
+        from homeai.app import load_runner
 
-        runner = Runner(cfg.model, generation_model(cfg))
+        runner = load_runner(cfg, embeddings=False, grammar=False)
     quick = args.quick
     base = multiturn.Shape(members=args.members, turns=3 if quick else args.turns,
                            system_len=200 if quick else args.system_len, output_len=8 if quick else 24,
@@ -442,10 +436,9 @@ def run_workloads(cfg: config_mod.Config, args) -> int:
 
     runner = None
     if not args.simulate:
-        from homeai.llama import Runner
-        from homeai.models import generation_model
+        from homeai.app import load_runner
 
-        runner = Runner(cfg.model, generation_model(cfg))
+        runner = load_runner(cfg, embeddings=False, grammar=False)
     from homeai.engine.gpu import plans_ahead
 
     ahead = plans_ahead(cfg.scheduler.plan_ahead, cfg.model, bool(runner and runner.info.gpu_offload))

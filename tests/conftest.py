@@ -21,11 +21,9 @@ def small_config(**model):
 
 @pytest.fixture(scope="session")
 def runner():
-    from homeai.llama import Runner
-    from homeai.models import generation_model
+    from homeai.app import load_runner
 
-    cfg = small_config()
-    loaded = Runner(cfg.model, generation_model(cfg))
+    loaded = load_runner(small_config(), embeddings=False, grammar=False)  # the program's one way to load it
     yield loaded
     loaded.close()
 

@@ -11,8 +11,12 @@ deferred import only hides a loop, it does not remove it.
   (homeai.sched) knows neither the engine, nor the service, nor the API, and the lanes (policies
   the scheduler reads as plain data) import nothing of homeai. Every room stands on one of the
   floors of docs/architecture.md (`FLOORS`), and imports only from its own floor or below.
+* The nevers: the service's clients (api, jobs, wyoming), the service and the tools never import
+  the runner's package (`homeai.llama`) nor `llama_cpp`: the program
+  (`homeai.app`) assembles it, and they are handed the service; api does not import the scheduler,
+  nor wyoming the store (it asks the service's rights).
 * One package owns llama.cpp: only homeai.llama imports `llama_cpp`, and the rooms that are handed
-  the runner (the protocols, the service, the capabilities) never import homeai.llama.
+  the runner's pieces (the service's clients, the service, the capabilities) never import homeai.llama.
 """
 
 from __future__ import annotations
@@ -30,22 +34,24 @@ BELOW_API = ("homeai.sched", "homeai.engine", "homeai.store", "homeai.tools", "h
 NEVER = {room: ("homeai.api",) for room in BELOW_API}
 NEVER["homeai.sched"] = ("homeai.api", "homeai.engine", "homeai.service")
 NEVER["lanes"] = ("homeai",)
+RUNNER = ("homeai.llama", "llama_cpp")  # the model, which homeai.app loads
+for _room in ("homeai.api", "homeai.jobs", "homeai.wyoming", "homeai.service", "homeai.tools"):
+    NEVER[_room] = NEVER.get(_room, ()) + RUNNER
+NEVER["homeai.api"] += ("homeai.sched",)
+NEVER["homeai.wyoming"] += ("homeai.store",)
 # The floors of docs/architecture.md, top down: a module imports only from its own floor or below.
 FLOORS = (
-    ("commands", ("homeai.cli", "homeai.doctor", "homeai.models_cli", "homeai.bench")),
-    ("protocols", ("homeai.api", "homeai.wyoming")),
+    ("commands", ("homeai.cli", "homeai.doctor", "homeai.models_cli", "homeai.index_cli", "homeai.bench")),
+    ("program", ("homeai.app",)),
+    ("clients of the service", ("homeai.api", "homeai.wyoming", "homeai.jobs")),
     ("service", ("homeai.service",)),
-    ("capabilities", ("homeai.tools", "homeai.jobs", "homeai.remote", "homeai.speech")),
+    ("capabilities", ("homeai.tools", "homeai.remote", "homeai.speech")),
     ("engine", ("homeai.engine", "homeai.llama", "homeai.models")),
     ("scheduler, store", ("homeai.sched", "homeai.store")),
     ("config", ("homeai.config", "homeai.pull")),
     ("ground", ("lanes", "homeai.wire", "homeai.cron", "homeai.catalog", "homeai.gguf_header", "homeai.threads",
                 "homeai.logs", "homeai.heap", "homeai")),
 )
-# Rooms that use the runner they are handed (its methods, its `schema_converter`) and never import it.
-HANDED_THE_RUNNER = ("homeai.api", "homeai.jobs", "homeai.tools", "homeai.wyoming", "homeai.service")
-# Modules of those rooms that still build a runner themselves: until the composition root (issue 51).
-STILL_BUILD_THE_RUNNER = {"homeai.api.runtime", "homeai.jobs.cli"}
 ALEMBIC = "homeai.store.migrations"  # scripts Alembic loads itself (env.py needs its context): read, not imported
 
 
@@ -66,6 +72,11 @@ MODULES = module_names()
 def imported(name: str, path: Path) -> set[str]:
     """The modules of ours `name` imports anywhere in its source: `from a import b` names the module
     a.b when there is one, else a."""
+    return {target for target in imported_any(name, path) if target in MODULES and target != name}
+
+
+def imported_any(name: str, path: Path) -> set[str]:
+    """Every module `name` imports anywhere in its source, ours or not (`llama_cpp`)."""
     tree = ast.parse(path.read_text(), str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
@@ -82,7 +93,7 @@ def imported(name: str, path: Path) -> set[str]:
                 found.add(whole if whole in MODULES else base)
         elif _imports_by_name(node):
             found.add(node.args[0].value)
-    return {target for target in found if target in MODULES and target != name}
+    return found
 
 
 def imports_llama_cpp(path: Path) -> bool:
@@ -170,8 +181,15 @@ def test_the_reader_sees_deferred_relative_and_importlib_imports(tmp_path):
 
 
 def test_floors_place_a_module_by_its_longest_prefix():
-    assert FLOORS[floor("homeai.api.openai")][0] == "protocols" and FLOORS[floor("lanes.chat")][0] == "ground"
+    assert FLOORS[floor("homeai.api.openai")][0] == "clients of the service" and FLOORS[floor("lanes.chat")][0] == "ground"
     assert FLOORS[floor("homeai")][0] == "ground" and floor("homeai.newroom") is None
+
+
+def test_the_nevers_see_the_runner_and_llama_cpp(tmp_path):
+    source = tmp_path / "x.py"
+    source.write_text("import llama_cpp\n\ndef f():\n    from homeai.llama import Runner\n")
+    assert {"llama_cpp", "homeai.llama"} <= imported_any("homeai.api.x", source)
+    assert "llama_cpp" in NEVER["homeai.service"] and "homeai.store" in NEVER["homeai.wyoming"]
 
 
 def test_a_loop_is_found():
@@ -193,7 +211,7 @@ def test_no_loop_among_rooms():
 
 
 def test_no_arrow_up():
-    up = sorted(f"{name} -> {target}" for name, path in MODULES.items() for target in imported(name, path)
+    up = sorted(f"{name} -> {target}" for name, path in MODULES.items() for target in imported_any(name, path)
                 if any(target == never or target.startswith(never + ".")
                        for never in NEVER.get(room(name), ())))
     assert up == []
@@ -215,8 +233,3 @@ def test_only_the_llama_package_imports_llama_cpp():
                   if room(name) != "homeai.llama" and imports_llama_cpp(path)) == []
 
 
-def test_the_rooms_handed_the_runner_never_import_the_llama_package():
-    found = {name for name, path in MODULES.items() if room(name) in HANDED_THE_RUNNER
-             for target in imported(name, path) if room(target) == "homeai.llama"}
-    assert sorted(found - STILL_BUILD_THE_RUNNER) == []
-    assert sorted(STILL_BUILD_THE_RUNNER - found) == [], "no longer imports it: take it off STILL_BUILD_THE_RUNNER"

@@ -2,7 +2,8 @@
 and write its answer stream in their protocol's shape; they never schedule and never touch the
 engine or the runner.
 
-app.py (factory, lifespan) · runtime.py (store, model, engine, stats writer of one app) · deps.py,
+app.py (factory over the assembled program, homeai.app; lifespan) · runtime.py (the HTTP side of
+one app: metrics, stats writer, admission, socket counts) · deps.py,
 auth.py (typed dependencies: the service, the runtime, the caller) · openai.py + schemas.py,
 shapes.py, streaming.py (OpenAI: SSE or one object) · ollama.py, ollama_schemas.py,
 ollama_route.py (Ollama generation: NDJSON) · ollama_manage.py, ollama_models.py (Ollama's model

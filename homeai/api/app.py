@@ -1,11 +1,13 @@
-"""The daemon's FastAPI app: `create_app(cfg)` builds it; `homeai serve` runs it under uvicorn.
+"""The daemon's FastAPI app: `create_app(program)` builds it over the assembled program
+(`homeai.app.Program`); `homeai serve` runs it under uvicorn.
 
-The lifespan migrates the store, makes sure the default member exists, and loads the model
-in the background (`/healthz` says "loading" meanwhile), and runs the Wyoming listener when
-`wyoming.enabled` (`homeai.wyoming`); tests hand in an already loaded runner. Everything the
-app runs lives in `app.state.runtime` (and the tokens its sockets and requests hold, watched for
-revocation, in `app.state.revocations`; the service every protocol asks, in `app.state.service`),
-so several apps can share a process (one at a time over one runner).
+The lifespan opens the program (the store migrated, the default member), starts it (the model
+loaded in the background: `/healthz` says "loading" meanwhile; the jobs), and runs the Wyoming
+listener when `wyoming.enabled` (`homeai.wyoming`); tests hand in a program over an already loaded
+runner. The HTTP side of the app lives in `app.state.runtime` (and the tokens its sockets and
+requests hold, watched for revocation, in `app.state.revocations`; the service every protocol
+asks, in `app.state.service`; the program, in `app.state.program`), so several apps can share a
+process (one at a time over one runner).
 """
 
 from __future__ import annotations
@@ -27,15 +29,13 @@ from homeai.api.origin import SameSiteMiddleware
 from homeai.api.revocation import RevocationMiddleware, Revocations
 from homeai.api.runtime import Runtime
 from homeai.api.shutdown import AdmissionMiddleware
-from homeai.config import Config
-from homeai.jobs.service import JobService
-from homeai.service import Service
 from homeai.wyoming.server import WyomingServer
 
 
-def create_app(cfg: Config, *, runner=None, stt=None, tts=None) -> FastAPI:
-    """The app for `cfg`; with `runner` (and `stt`, a SpeechToText, and `tts`, a TextToSpeech), serve
-    those loaded models (not closed at shutdown)."""
+def create_app(program) -> FastAPI:
+    """The app over `program` (`homeai.app.Program`, not yet opened: the lifespan opens, starts and
+    stops it)."""
+    cfg = program.cfg
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -44,22 +44,21 @@ def create_app(cfg: Config, *, runner=None, stt=None, tts=None) -> FastAPI:
         watch = asyncio.create_task(app.state.revocations.watch(runtime.sessions))
         try:
             runtime.start()
-            app.state.wyoming = await WyomingServer(runtime).start() if cfg.wyoming.enabled else None
-            app.state.jobs = JobService(runtime.cfg, lambda: runtime.engine, runtime.sessions).start()
-            app.state.service.jobs = app.state.jobs  # documents for `documents: true`
+            app.state.wyoming = await WyomingServer(program.service).start() if cfg.wyoming.enabled else None
             yield
         finally:
             watch.cancel()
             if getattr(app.state, "wyoming", None) is not None:
                 await app.state.wyoming.stop()
-            await runtime.shutdown(jobs=getattr(app.state, "jobs", None))  # a no-op after SIGTERM's drain
+            await runtime.shutdown()  # a no-op after SIGTERM's drain
             runtime.stop()
 
     docs = cfg.server.api_docs  # off by default: Swagger UI and ReDoc load their scripts from a CDN
     app = FastAPI(title="homeai", version=__version__, lifespan=lifespan, docs_url="/docs" if docs else None,
                   redoc_url="/redoc" if docs else None)
-    app.state.runtime = Runtime(cfg, runner, stt, tts)
-    app.state.service = Service(app.state.runtime)  # what every protocol asks of the model
+    app.state.program = program
+    app.state.runtime = Runtime(program)  # the HTTP side: metrics, the stats writer, the edge's counts
+    app.state.service = program.service  # what every protocol asks of the model
     app.state.revocations = Revocations()  # tokens held by open sockets and requests, ended once revoked
     errors.install(app)
     for module in (health, openai_routes, ollama_manage, ollama_routes, lanes, metrics, transcriptions,

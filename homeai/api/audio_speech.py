@@ -36,9 +36,9 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import StreamingResponse
 
 from homeai.api.auth import CurrentMember, current_member
-from homeai.api.deps import LaneHeader, RuntimeDep, ServiceDep
+from homeai.api.deps import LaneHeader, ServiceDep
 from homeai.api.schemas import RequestBody
-from homeai.service import ServiceError, Speaking
+from homeai.service import ServiceError
 from homeai.speech.base import resample_pcm16
 
 router = APIRouter(prefix="/v1/audio", tags=["audio"], dependencies=[Depends(current_member)])
@@ -68,13 +68,13 @@ AUDIO = {200: {"description": "The speech, streamed as it is synthesised",
 
 
 @router.post("/speech", response_class=StreamingResponse, responses=AUDIO)
-async def speech(body: SpeechRequest, service: ServiceDep, runtime: RuntimeDep, member: CurrentMember,
+async def speech(body: SpeechRequest, service: ServiceDep, member: CurrentMember,
                  lane_header: LaneHeader = None) -> StreamingResponse:
     lane, _policy = service.request_lane(member, model=body.model, lane=body.lane, header=lane_header, default="chat")
     if body.response_format not in FORMATS:
         raise ServiceError(400, f"response_format {body.response_format!r} is not made here; use one of "
                            f"{', '.join(FORMATS)}", code="invalid_value", param="response_format")
-    speaking = Speaking(runtime)
+    speaking = service.speaking
     voice = speaking.check(body.input, None if body.voice in OPENAI_VOICES else body.voice, body.speed)
     rate = speaking.sample_rate(voice)
     frames = speaking.speak(body.input, lane=lane, member=member.key, voice=voice, speed=body.speed)

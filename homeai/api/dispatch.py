@@ -21,9 +21,8 @@ from starlette.types import Receive, Scope, Send
 
 from homeai.api.errors import ApiError
 from homeai.api.streaming import disconnected
-from homeai.remote import GateClosed, RemoteFailure
+from homeai.remote import GateClosed, QueueFull, RemoteFailure  # a remote lane's gate full: QueueFull
 from homeai.remote.relay import Relay, RemoteLane, RemoteLanes
-from homeai.sched.scheduler import QueueFull
 from homeai.wire import SSE_HEADERS
 
 __all__ = ["Local", "RemoteLanes", "serve"]

@@ -1,6 +1,6 @@
 """Jobs and search: `GET /api/jobs`, `POST /api/jobs/{name}/run`, `GET /api/search?q=...&k=5`.
 
-Routes only ask the `JobService` the app keeps in `app.state.jobs`; they never schedule.
+Routes only ask the program's `JobService` (`app.state.program.jobs`); they never schedule.
 Starting a run is for admins (it spends the box's time for everyone); any member may
 look at runs and search.
 """
@@ -19,7 +19,7 @@ router = APIRouter(tags=["jobs"])
 
 
 def get_jobs(request: Request) -> JobService:
-    service = getattr(request.app.state, "jobs", None)
+    service = request.app.state.program.jobs
     if service is None:
         raise ApiError(503, "background jobs are not running", code="jobs_unavailable")
     return service

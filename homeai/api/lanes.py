@@ -46,7 +46,7 @@ async def lanes(service: ServiceDep, member: CurrentMember) -> dict:
     for lane, remote in service.remotes.snapshot().items():
         view["lanes"][lane]["remote"] = remote
     if member.is_admin:
-        view["members"] = members_view(usage.members(service.engine()))
+        view["members"] = members_view(service.members_using())
     return view
 
 

@@ -73,7 +73,7 @@ def ps(service: ServiceDep) -> dict:
 def show(body: ModelRequest, runtime: RuntimeDep, service: ServiceDep, member: CurrentMember) -> dict:
     """The model file's path for an admin; its name only for other members."""
     name = body.requested()
-    served = ollama_models.served(runtime, name)
+    served = ollama_models.served(service, name)
     if served is not None:
         card, purposes = served
         form, choice = service.thinking_form(), service.template_choice()
@@ -96,12 +96,12 @@ async def pull_model(body: ModelRequest, request: Request, runtime: RuntimeDep, 
     """A model that is here already (served or local) answers success to anyone; a download is an admin's."""
     service.ready()
     name, models = body.requested(), _models(runtime)
-    if ollama_models.served(runtime, name) is not None or catalog.find(models, name) is not None:
+    if ollama_models.served(service, name) is not None or catalog.find(models, name) is not None:
         return _answer(body.stream, [{"status": "pulling manifest"}, {"status": "success"}])
     try:
         catalog.parse(name)
     except ValueError as e:
-        served = ", ".join(ollama_models.ollama_name(card.id) for card in runtime.cards())
+        served = ", ".join(ollama_models.ollama_name(card.id) for card in service.cards_now())
         raise ApiError(404, f"{e} (this server serves {served})") from None
     if runtime.cfg.auth.required and not member.is_admin:
         raise ApiError(403, "only an admin may pull models")
@@ -138,7 +138,7 @@ def delete(body: ModelRequest, runtime: RuntimeDep, service: ServiceDep, member:
     local = catalog.find(models, name)
     if local is None:
         raise ApiError(404, ollama_models.not_found(name))
-    if any(Path(card.path).resolve() == local.path.resolve() for card in runtime.cards()):
+    if any(Path(card.path).resolve() == local.path.resolve() for card in service.cards_now()):
         raise ApiError(400, f"{local.name} is the model being served; serve another (model.path) before deleting it")
     catalog.remove(models, local.name)
     return Response(status_code=200)

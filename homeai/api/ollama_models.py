@@ -21,8 +21,7 @@ from pathlib import Path
 from homeai import catalog
 from homeai.gguf_header import metadata, quantization
 from homeai.engine.template import ChatTemplate, TemplateCompileError
-from homeai.sched.request import SamplingParams
-from homeai.service import names, thinking
+from homeai.service import names, sampling, thinking
 
 TAG = "latest"  # Ollama names are name:tag; the served model is listed as `<id>:latest`
 EMBEDDING_ARCHITECTURES = ("bert", "nomic-bert", "jina-bert-v2", "t5encoder")  # GGUFs that only embed
@@ -68,17 +67,17 @@ def capabilities(purposes: set[str], *, thinks: bool = False) -> list[str]:
     return out
 
 
-def served(runtime, name: str) -> tuple[object, set[str]] | None:
+def served(service, name: str) -> tuple[object, set[str]] | None:
     """The served card `name` names (`<id>`, `<id>:latest`, `<id>:<lane>`, the file's name, an alias, or
     the served file's local name, `hf.co/<org>/<repo>:<tag>`) and its purposes."""
-    bare = names.split(name.removesuffix(f":{TAG}"), runtime.cfg.lanes)[0]
-    local = catalog.find(catalog.folder(runtime.cfg.data_dir), name)
+    bare = names.split(name.removesuffix(f":{TAG}"), service.cfg.lanes)[0]
+    local = catalog.find(catalog.folder(service.cfg.data_dir), name)
     found = None
     purposes = set()
     for purpose in ("generate", "embed"):
-        card = runtime.models[purpose]
+        card = service.loaded_cards()[purpose]
         named = local is not None and Path(card.path).resolve() == local.path.resolve()
-        if named or runtime.resolve_model(bare, purpose) is not None:
+        if named or service.names_served(bare, purpose):
             found = found or card
             if card == found:
                 purposes.add(purpose)
@@ -135,7 +134,7 @@ def show(path: str, *, capabilities: list[str], context_length: int, full_path: 
     a built-in one) and `chat_template` says which and why (homeai's own field)."""
     meta = metadata(path)
     model_info = {k: v for k, v in meta.items() if k != "tokenizer.chat_template"}
-    d = SamplingParams()
+    d = sampling.defaults()
     parameters = "\n".join(f"{name:<15}{value}" for name, value in (
         ("temperature", d.temperature), ("top_k", d.top_k), ("top_p", d.top_p), ("min_p", d.min_p),
         ("repeat_penalty", d.repeat_penalty), ("num_ctx", context_length)))

@@ -117,7 +117,7 @@ class GracefulServer(uvicorn.Server):
     async def shutdown(self, sockets=None) -> None:
         log.info("shutting down: draining requests for up to %g s", self.grace_s)
         state = self.homeai_app.state
-        drain = asyncio.ensure_future(state.runtime.shutdown(self.grace_s, jobs=getattr(state, "jobs", None)))
+        drain = asyncio.ensure_future(state.runtime.shutdown(self.grace_s))
         while not drain.done() and not self.force_exit:  # a second Ctrl-C cuts the drain short
             await asyncio.wait({drain}, timeout=0.1)
         if drain.done() and drain.exception() is not None:  # the rest of the shutdown must still run

@@ -5,7 +5,7 @@ name: there is one speech model; OpenAI clients send "whisper-1"), `language` (a
 "en"; none: detected), `response_format` (`json` {"text"}, `text`, or `verbose_json` with the
 language, duration and segments). OpenAI's other fields (`prompt`, `temperature`, ...) are
 accepted and ignored. A file that is not audio, or is longer than `speech.max_utterance_s`,
-is a 400; the transcription is the service's speech turn (`homeai.service.speech`), on the speech
+is a 400; the transcription is the service's speech in (`service.hearing`: `homeai.service.hearing`), on the speech
 model's bounded pool (a full pool is a 503).
 """
 
@@ -30,8 +30,8 @@ async def transcriptions(service: ServiceDep, file: Annotated[UploadFile, File()
                          model: Annotated[str | None, Form()] = None,
                          language: Annotated[str | None, Form()] = None,
                          response_format: Annotated[Format, Form()] = "json") -> Response:
-    service.speech.model()  # no speech model: a 503 saying why, before the upload is read
-    transcript = await service.speech.transcribe_file(await file.read(), language or None)
+    service.hearing.model()  # no speech model: a 503 saying why, before the upload is read
+    transcript = await service.hearing.transcribe_file(await file.read(), language or None)
     if response_format == "text":
         return PlainTextResponse(transcript.text + "\n")
     if response_format == "verbose_json":

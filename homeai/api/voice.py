@@ -16,7 +16,7 @@ section is the protocol's reference. In short:
 
 One `VoiceSession` per socket (here) reads messages (`homeai.api.voice_protocol` checks them) and
 buffers the utterance; at most one `Turn` task at a time (`homeai.api.voice_turn`) transcribes it
-with the service's speech turn (`homeai.service.speech`), formats the service's answer stream
+with the service's speech in (`service.hearing`: `homeai.service.hearing`), formats the service's answer stream
 (`service.chat`) as the events above and stores the exchange: no runner or engine here. New
 speech, `response.cancel` or a new `session.start` cancels the turn (its synthesis too) and
 aborts its sequence, which the engine frees within one step. Every accepted utterance ends with
@@ -48,7 +48,7 @@ from homeai.api.voice_protocol import (AUTH_TIMEOUT_S, CLOSE_FORBIDDEN, CLOSE_IN
                                        VoiceError, at_16k, error_event, parse, parse_settings)
 from homeai.api.voice_audio import voice_for
 from homeai.api.voice_turn import LANE, Turn, check_conversation
-from homeai.service import ServiceError, Speaking
+from homeai.service import ServiceError
 
 log = logging.getLogger("homeai.voice")
 router = APIRouter(tags=["voice"])
@@ -71,8 +71,8 @@ class VoiceSession:
 
     def __init__(self, websocket: WebSocket, runtime, service, revocations: Revocations):
         self.ws, self.runtime, self.service, self.revocations = websocket, runtime, service, revocations
-        self.speech = service.speech  # the service's one speech turn
-        self.speaking = Speaking(runtime)  # speech out, for a session that speaks
+        self.hearing = service.hearing  # speech in: the service's one speech turn
+        self.speaking = service.speaking  # speech out, for a session that speaks
         self.voice = None  # the voice answers are spoken with (voice_audio.Voice); None: not spoken
         self.hold: Hold | None = None  # the token in use, watched for its revocation
         self.address = websocket.client.host if websocket.client else "unknown"
@@ -183,7 +183,7 @@ class VoiceSession:
             await self._authenticate(token)
         await self._allow_voice()
         settings = parse_settings(message)
-        speech = self.speech
+        speech = self.hearing
         limit_s = speech.max_utterance_s()  # no speech model: the error says why
         voice = voice_for(self.speaking, settings)  # speaking without speech synthesis, or an unknown voice
         await self.service.check_tools(settings.tools, settings.tool_choice, self.caller)  # refused here, not at the first question

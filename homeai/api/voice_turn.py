@@ -87,7 +87,7 @@ class Turn:
 
     async def _transcribe(self) -> str:
         s = self.settings
-        transcript = await self.session.speech.transcribe(self.pcm, s.sample_rate, s.language, s.vad, need_words=True)
+        transcript = await self.session.hearing.transcribe(self.pcm, s.sample_rate, s.language, s.vad, need_words=True)
         self.stt_ms = self._ms()
         self.transcript = transcript.text
         await self.session.send({"type": "transcript.final", "text": transcript.text,

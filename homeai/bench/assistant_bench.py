@@ -185,28 +185,29 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
     """Both phases and the overhead comparison; the report (also written to `out`). With `runner`
     (and `stt`), serve those loaded models instead of loading the configured ones (tests)."""
     from homeai.api.app import create_app
+    from homeai.app import Program
 
     with tempfile.TemporaryDirectory(prefix="homeai-bench-assistant-") as tmp:
         cfg = dataclasses.replace(
             cfg, auth=AuthConfig(required=True), database=DatabaseConfig(url=f"sqlite:///{Path(tmp) / 'bench.db'}"),
             server=dataclasses.replace(cfg.server, host="127.0.0.1", data_dir=tmp),
             wyoming=WyomingConfig(enabled=True, host="127.0.0.1", port=0))
-        app = create_app(cfg, runner=runner, stt=stt)
+        app = create_app(Program(cfg, runner=runner, stt=stt))
         with _serving(app) as url:
-            runtime = app.state.runtime
-            _wait_loaded(runtime)
-            speech = _speech(runtime)
+            program = app.state.program
+            _wait_loaded(program)
+            speech = _speech(program)
             token = _add_ha_member(cfg)
             bench = _Bench(url, token, app.state.wyoming.port, shape, speech, progress)
             model_name = bench.model
-            progress(f"model {runtime.engine.runner.info.description}; speech: {speech}", flush=True)
+            progress(f"model {program.engine.runner.info.description}; speech: {speech}", flush=True)
             samples = bench.phase("idle")
-            with BackgroundLoad(runtime.engine) as load:
+            with BackgroundLoad(program.engine) as load:
                 samples += bench.phase("saturated")
                 background = load.summary()
             overhead = bench.overhead()
             system = system_prompt(shape.num_devices, datetime(2026, 12, 1))
-            system_tokens = len(runtime.engine.runner.tokenize(system))
+            system_tokens = len(program.engine.runner.tokenize(system))
     report = _report(shape, samples, background, overhead, speech=speech, model=model_name,
                      system_tokens=system_tokens)
     write(report, out, command)
@@ -311,7 +312,7 @@ def _serving(app):
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(app, app.state.runtime.cfg, log_level="warning", lifespan="on",
+    server = uvicorn.Server(uvicorn_config(app, app.state.program.cfg, log_level="warning", lifespan="on",
                                            timeout_graceful_shutdown=5))  # `homeai serve`'s deadlines and caps
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="bench-server", daemon=True)
     thread.start()
@@ -327,17 +328,17 @@ def _serving(app):
         sock.close()
 
 
-def _wait_loaded(runtime) -> None:
-    while not runtime.ready and not runtime.error:
+def _wait_loaded(program) -> None:
+    while not program.ready and not program.error:
         time.sleep(0.1)
-    if runtime.error:
-        raise SystemExit(f"homeai bench assistant: {runtime.error}")
+    if program.error:
+        raise SystemExit(f"homeai bench assistant: {program.error}")
 
 
-def _speech(runtime) -> str:
+def _speech(program) -> str:
     """"espeak-ng" when turns are spoken; else why they are typed (no speech timings then)."""
-    if runtime.stt is None:
-        return f"skipped: {runtime.stt_error or 'no speech model'}"
+    if program.stt is None:
+        return f"skipped: {program.stt_error or 'no speech model'}"
     if shutil.which("espeak-ng") is None:
         return "skipped: espeak-ng is not installed (apt-get install espeak-ng)"
     return "espeak-ng"

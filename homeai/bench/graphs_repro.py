@@ -30,14 +30,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from homeai.bench.raw_loop import raw_two_context_decode
     from homeai.engine import gpu
-    from homeai.llama import Runner, backend_facts
-    from homeai.models import generation_model
+    from homeai.app import load_runner
+    from homeai.llama import backend_facts
 
     backend = backend_facts()
     graphs = gpu.cuda_graphs(cfg.model, backend["gpu_offload"])
     print(f"backends {', '.join(backend['backends'])}; layers offloaded: "
           f"{gpu.describe_offload(cfg.model, backend['gpu_offload'])}; CUDA graphs: {graphs.reason}", flush=True)
-    runner = Runner(cfg.model, generation_model(cfg))
+    runner = load_runner(cfg, embeddings=False, grammar=False)
     try:
         prompts = [[1000 + 7 * i + k for k in range(64)] for i in range(args.seqs)]
         result = raw_two_context_decode(runner, prompts, args.tokens)

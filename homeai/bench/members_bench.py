@@ -452,6 +452,7 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
     """Every phase over a daemon of `cfg` (with `runner`, `stt` and `tts`: those loaded models, for
     tests); the report, also written to `out`."""
     from homeai.api.app import create_app
+    from homeai.app import Program
 
     with tempfile.TemporaryDirectory(prefix="homeai-bench-members-") as tmp:
         voice = dataclasses.replace(cfg.lanes["voice"], max_tokens=shape.carol_tokens)  # carol's answers end soon
@@ -459,20 +460,20 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
             cfg, auth=AuthConfig(required=True), database=DatabaseConfig(url=f"sqlite:///{Path(tmp) / 'bench.db'}"),
             server=dataclasses.replace(cfg.server, host="127.0.0.1", data_dir=tmp),
             wyoming=WyomingConfig(enabled=False), lanes={**cfg.lanes, "voice": voice})
-        app = create_app(cfg, runner=runner, stt=stt, tts=tts)
+        app = create_app(Program(cfg, runner=runner, stt=stt, tts=tts))
         with _serving(app) as url:
-            runtime = app.state.runtime
-            _wait_loaded(runtime)
+            program = app.state.program
+            _wait_loaded(program)
             tokens = add_members(cfg)
-            model = runtime.engine.runner.info.description
-            machine = _machine(cfg, runtime.engine.runner)
-            no_voice = _no_voice(runtime)
+            model = program.engine.runner.info.description
+            machine = _machine(cfg, program.engine.runner)
+            no_voice = _no_voice(program)
             spoken = loads.utterances(shape.carol_turns) if no_voice is None else None
             progress(f"model {model}; {shape.samples} chats a phase beside {shape.streams} streams of "
                      f"{shape.stream_tokens} tokens; carol: {no_voice or f'{shape.carol_turns} spoken turns a phase'}",
                      flush=True)
             samples, floods, turns = asyncio.run(
-                run_phases(url, tokens, shape, lambda: drain(runtime.engine), progress, spoken))
+                run_phases(url, tokens, shape, lambda: drain(program.engine), progress, spoken))
     report = build_report(shape, PHASES, samples, floods, model=model, machine=machine, turns=turns, no_voice=no_voice)
     write(report, out, command)
     for line in report["findings"]:
@@ -481,12 +482,12 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
     return report
 
 
-def _no_voice(runtime) -> str | None:
+def _no_voice(program) -> str | None:
     """Why carol cannot speak (no speech model, no voice), or None."""
-    if runtime.stt is None:
-        return f"no spoken turns: {runtime.stt_error or 'no speech model'}"
-    if runtime.tts is None:
-        return f"no spoken turns: {runtime.tts_error or 'no voice'}"
+    if program.stt is None:
+        return f"no spoken turns: {program.stt_error or 'no speech model'}"
+    if program.tts is None:
+        return f"no spoken turns: {program.tts_error or 'no voice'}"
     return None
 
 

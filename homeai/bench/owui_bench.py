@@ -285,6 +285,7 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
     """Every turn over a daemon of `cfg` (with `runner`: that loaded model, for tests); the report,
     also written to `out`."""
     from homeai.api.app import create_app
+    from homeai.app import Program
 
     header = cfg.clients.proxy_user_header
     if not header:
@@ -294,12 +295,12 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
             cfg, auth=AuthConfig(required=True), database=DatabaseConfig(url=f"sqlite:///{Path(tmp) / 'bench.db'}"),
             server=dataclasses.replace(cfg.server, host="127.0.0.1", data_dir=tmp),
             wyoming=WyomingConfig(enabled=False))
-        app = create_app(cfg, runner=runner)
+        app = create_app(Program(cfg, runner=runner))
         with _serving(app) as url:
-            runtime = app.state.runtime
-            _wait_loaded(runtime)
+            program = app.state.program
+            _wait_loaded(program)
             token = _add_proxy(cfg)
-            engine_runner = runtime.engine.runner
+            engine_runner = program.engine.runner
             body = recorded_body(shape.tools)
             preamble = preamble_tokens(engine_runner, body)
             model, machine = engine_runner.info.description, _machine(cfg, engine_runner)
@@ -308,8 +309,8 @@ def run(cfg: Config, *, shape: Shape = Shape(), out: Path = Path("bench-out"), r
                      f"{len(body['tools'])} tools: a {preamble}-token preamble", flush=True)
             _warm_up(url, token, header, served)
             log, load = EngineLog(), os.getloadavg()
-            runtime.engine.on_finish.append(log.observe)
-            with cache_peaks(runtime.engine) as caches:
+            program.engine.on_finish.append(log.observe)
+            with cache_peaks(program.engine) as caches:
                 turns = asyncio.run(Users(url, token, header, served, shape, preamble, log, progress).run())
     report = build_report(shape, turns, preamble=preamble, model=model, machine=machine,
                           load=[round(x, 2) for x in (*load, *os.getloadavg())], caches=caches)

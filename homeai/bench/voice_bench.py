@@ -77,6 +77,7 @@ class Sample:
 def run(cfg: Config, *, n: int = 10, out: Path = Path("bench-out"), quick: bool = False, progress=print) -> dict:
     """Every phase; the report (also written to `out`)."""
     from homeai.api.app import create_app
+    from homeai.app import Program
 
     n = min(n, 2) if quick else n
     load_size = {"num_summaries": 1, "summary_words": 200, "embed_batch": 4} if quick else {}
@@ -84,13 +85,13 @@ def run(cfg: Config, *, n: int = 10, out: Path = Path("bench-out"), quick: bool 
     with tempfile.TemporaryDirectory(prefix="homeai-bench-voice-") as tmp:
         cfg = dataclasses.replace(cfg, auth=AuthConfig(required=False), database=DatabaseConfig(
             url=f"sqlite:///{Path(tmp) / 'bench.db'}"), server=dataclasses.replace(cfg.server, host="127.0.0.1"))
-        app = create_app(cfg)
+        app = create_app(Program(cfg))
         with _serving(app) as url:
-            runtime = app.state.runtime
-            _wait_loaded(runtime)
-            tts = runtime.tts
-            progress(f"model {runtime.engine.runner.info.description}; speech {runtime.stt.model_dir}; "
-                     f"voice {tts.default_voice if tts else runtime.tts_error or 'none'}", flush=True)
+            program = app.state.program
+            _wait_loaded(program)
+            tts = program.tts
+            progress(f"model {program.engine.runner.info.description}; speech {program.stt.model_dir}; "
+                     f"voice {tts.default_voice if tts else program.tts_error or 'none'}", flush=True)
             speaking = (False, True) if tts is not None else (False,)
 
             def ask(label, speak, load=None):
@@ -101,12 +102,12 @@ def run(cfg: Config, *, n: int = 10, out: Path = Path("bench-out"), quick: bool 
                 phases[_phase("idle", speak)] = ask(_phase("idle", speak), speak)
             rtf = {"idle": synthesis_rtf(tts)} if tts is not None else {}
             for speak in speaking:
-                with BackgroundLoad(runtime.engine, **load_size) as load:
+                with BackgroundLoad(program.engine, **load_size) as load:
                     phases[_phase("loaded", speak)] = ask(_phase("loaded", speak), speak, load)
                     background[_phase("loaded", speak)] = load.summary()  # over the voice turns only
                     if speak:
                         rtf["loaded"] = synthesis_rtf(tts)
-    report = _report(cfg, phases, background, rtf, runtime.tts_error if tts is None else None)
+    report = _report(cfg, phases, background, rtf, program.tts_error if tts is None else None)
     _write(report, out)
     for line in report["findings"]:
         progress(line, flush=True)
@@ -296,7 +297,7 @@ def _serving(app):
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(app, app.state.runtime.cfg, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn_config(app, app.state.program.cfg, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="bench-server", daemon=True)
     thread.start()
     while not server.started:
@@ -311,13 +312,13 @@ def _serving(app):
         sock.close()
 
 
-def _wait_loaded(runtime) -> None:
-    while not runtime.ready and not runtime.error:
+def _wait_loaded(program) -> None:
+    while not program.ready and not program.error:
         time.sleep(0.1)
-    if runtime.error:
-        raise SystemExit(f"homeai bench voice: {runtime.error}")
-    if runtime.stt is None:
-        raise SystemExit(f"homeai bench voice: {runtime.stt_error or 'no speech model'}")
+    if program.error:
+        raise SystemExit(f"homeai bench voice: {program.error}")
+    if program.stt is None:
+        raise SystemExit(f"homeai bench voice: {program.stt_error or 'no speech model'}")
 
 
 def _stats(samples: list[Sample]) -> dict:

@@ -22,7 +22,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from homeai.config import JobsConfig
-from homeai.engine.engine import EngineStopped
+from homeai.service.background import EngineStopped, Work
 from homeai.jobs.chunking import TextChunk, chunk_text
 from homeai.jobs.extract import FileData, Skip, extract_text, read_file, walk
 from homeai.jobs.runs import Progress
@@ -56,12 +56,12 @@ class _Prepared:
 
 
 class Indexer:
-    def __init__(self, engine, sessions: sessionmaker[Session], settings: JobsConfig, *,
+    def __init__(self, work: Work, sessions: sessionmaker[Session], settings: JobsConfig, *,
                  summariser: Summariser | None = None, stop: threading.Event | None = None):
-        self.engine, self.sessions, self.settings = engine, sessions, settings
+        self.work, self.sessions, self.settings = work, sessions, settings
         self.summariser = summariser
         self.stop = stop or threading.Event()
-        self.max_tokens = min(settings.chunk_tokens, engine.embed_max_tokens - SPECIAL_TOKENS_ROOM)
+        self.max_tokens = min(settings.chunk_tokens, work.embed_max_tokens - SPECIAL_TOKENS_ROOM)
         self.overlap = min(settings.chunk_overlap, self.max_tokens // 2)
 
     # ---- the run ---------------------------------------------------------------
@@ -133,8 +133,8 @@ class Indexer:
         return _Prepared(str(path), file, chunks)
 
     def _chunks(self, text: str) -> list[TextChunk]:
-        count = lambda s: len(self.engine.runner.tokenize(s, add_special=False, embedding=True))  # noqa: E731
-        limit = self.engine.embed_max_tokens - SPECIAL_TOKENS_ROOM
+        count = lambda s: self.work.count(s, add_special=False, embedding=True)  # noqa: E731
+        limit = self.work.embed_max_tokens - SPECIAL_TOKENS_ROOM
         max_tokens = self.max_tokens
         while True:  # pieces are counted apart; the rare chunk whose whole is longer is cut finer
             chunks = chunk_text(text, count, max_tokens, min(self.overlap, max_tokens // 2))
@@ -180,7 +180,7 @@ class Indexer:
             progress.advance()
 
     def _embed(self, texts: list[str]) -> list[np.ndarray]:
-        vectors, _ = asyncio.run(self.engine.embed(texts, lane="indexing"))
+        vectors, _ = asyncio.run(self.work.embed(texts, lane="indexing"))
         if any(v is None for v in vectors):  # aborted: the engine is stopping
             raise Stopped("the engine stopped")
         return [np.asarray(v, dtype=np.float32) for v in vectors]
@@ -213,7 +213,7 @@ class Indexer:
         if not doc_ids:
             return
         progress.set_total(progress.total + len(doc_ids))
-        max_parallel = self.engine.policies["summaries"].max_batch
+        max_parallel = self.work.max_batch("summaries")
         report.summarised = asyncio.run(summarise_documents(
             self.summariser, self.sessions, doc_ids, progress, max_parallel=max_parallel,
             should_stop=self.stop.is_set))

@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy import func, or_, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from homeai.engine.engine import InvalidRequest, QueueFull
+from homeai.service.background import InvalidRequest, QueueFull
 from homeai.store.models import Chunk, Document
 
 log = logging.getLogger("homeai.jobs")
@@ -67,9 +67,9 @@ def fuse(*rankings: list[int]) -> dict[int, float]:
 
 
 class Searcher:
-    def __init__(self, sessions: sessionmaker[Session], engine: Callable[[], object | None], *,
+    def __init__(self, sessions: sessionmaker[Session], work: Callable[[], object | None], *,
                  lane: str = "embeddings"):
-        self.sessions, self.engine, self.lane = sessions, engine, lane
+        self.sessions, self.work, self.lane = sessions, work, lane
         self._vectors = _VectorCache()
 
     async def search(self, query: str, k: int = 5) -> list[Hit]:
@@ -95,11 +95,11 @@ class Searcher:
         return ("\n\n".join(parts), citations) if citations else ("", [])
 
     async def _embed(self, query: str) -> np.ndarray | None:
-        engine = self.engine()
-        if engine is None:
+        work = self.work()
+        if work is None:
             return None
         try:
-            vectors, _ = await engine.embed([query], lane=self.lane)
+            vectors, _ = await work.embed([query], lane=self.lane)
         except (InvalidRequest, QueueFull, RuntimeError) as e:  # full-text only, rather than no answer
             log.warning("search without embeddings: %s", e)
             return None

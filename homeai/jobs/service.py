@@ -1,11 +1,11 @@
 """The jobs the daemon runs in the background, what the API and the CLI call to run them.
 
-    service = JobService(cfg, engine_or_getter, sessions).start()   # app lifespan start
+    service = JobService(cfg, service.work, sessions).start()   # homeai.app: the program's jobs
     service.run_now("index")            # POST /api/jobs/index/run: a thread, returns the run
     service.run("index", paths=[...])   # homeai index: in this thread, with a progress callback
     await service.search("tax 2023")    # GET /api/search
     await service.build_document_context(question)   # chat with "documents": true
-    service.shutdown()                  # app lifespan end, before the engine stops
+    service.shutdown()                  # the program's stop, before the engine stops
 
 Schedules are APScheduler 3 jobs in a `SQLAlchemyJobStore` on the same database, so they
 survive restarts: a job whose schedule is unchanged keeps its stored next run time, and a
@@ -29,12 +29,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from homeai.config import Config
 from homeai.cron import parse_schedule
-from homeai.engine.engine import EngineStopped
 from homeai.jobs.indexer import Indexer, Report, Stopped
 from homeai.jobs.runs import JobBusy, JobLock, Progress, orphaned, recent_runs, run_dict, start_run
 from homeai.jobs.scope import root_path
 from homeai.jobs.search import Hit, Searcher
 from homeai.jobs.summarise import Summariser
+from homeai.service.background import EngineStopped, Work
 from homeai.store.models import Chunk, Document, JobRun
 
 log = logging.getLogger("homeai.jobs")
@@ -69,11 +69,12 @@ def run_scheduled(name: str) -> None:
 
 
 class JobService:
-    def __init__(self, cfg: Config, engine, sessions: sessionmaker[Session]):
+    def __init__(self, cfg: Config, work, sessions: sessionmaker[Session]):
         self.cfg, self.sessions = cfg, sessions
-        # The app loads its model in the background: take a getter, or the engine itself.
-        self.engine: Callable[[], object | None] = engine if callable(engine) else (lambda: engine)
-        self.searcher = Searcher(sessions, self.engine)
+        # The program loads its model in the background: take the service's getter (`service.work`,
+        # None while loading), or the work itself.
+        self.work: Callable[[], Work | None] = work if callable(work) else (lambda: work)
+        self.searcher = Searcher(sessions, self.work)
         self.scheduler: BackgroundScheduler | None = None
         self._stop = threading.Event()
         self._threads: dict[str, threading.Thread] = {}
@@ -130,7 +131,7 @@ class JobService:
     def run_now(self, name: str) -> dict:
         """Start a run in a thread and return it; UnknownJob, JobBusy or EngineNotReady."""
         self._check(name)
-        if self.engine() is None:
+        if self.work() is None:
             raise EngineNotReady("the model is still loading; retry shortly")
         return self._spawn(name, wait_for_engine=False)
 
@@ -173,8 +174,8 @@ class JobService:
     def _execute(self, name: str, run_id: int, *, paths: list[str] | None = None, summarise: bool | None = None,
                  on_progress=None, wait_for_engine: bool = False) -> Report | None:
         progress = Progress(self.sessions, run_id, on_progress)
-        engine = self._wait_for_engine() if wait_for_engine else self.engine()
-        if engine is None:
+        work = self._wait_for_engine() if wait_for_engine else self.work()
+        if work is None:
             progress.error(name, "the model is not loaded")
             progress.finish("interrupted" if self._stop.is_set() else "failed")
             return None
@@ -184,8 +185,8 @@ class JobService:
             progress.finish("failed")
             return None
         do_summaries = self.cfg.jobs.summarise if summarise is None else summarise
-        summariser = Summariser(engine, max_tokens=self.cfg.jobs.summary_tokens) if do_summaries else None
-        indexer = Indexer(engine, self.sessions, self.cfg.jobs, summariser=summariser, stop=self._stop)
+        summariser = Summariser(work, max_tokens=self.cfg.jobs.summary_tokens) if do_summaries else None
+        indexer = Indexer(work, self.sessions, self.cfg.jobs, summariser=summariser, stop=self._stop)
         try:
             report = indexer.run(roots, progress)
         except (Stopped, EngineStopped):
@@ -205,9 +206,9 @@ class JobService:
 
     def _wait_for_engine(self):
         deadline = time.monotonic() + ENGINE_WAIT_S
-        while (engine := self.engine()) is None and not self._stop.is_set() and time.monotonic() < deadline:
+        while (work := self.work()) is None and not self._stop.is_set() and time.monotonic() < deadline:
             self._stop.wait(0.5)
-        return engine
+        return work
 
     def _check(self, name: str) -> None:
         if name not in JOBS:

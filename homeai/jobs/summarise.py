@@ -15,10 +15,8 @@ import logging
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from homeai.engine.engine import EngineStopped
-from homeai.engine.template import ChatPrompt
 from homeai.jobs.chunking import chunk_text, join_chunks
-from homeai.sched.request import SamplingParams
+from homeai.service.background import ChatPrompt, EngineStopped, SamplingParams, Work
 from homeai.store.models import Chunk, Document
 from lanes.base import ServerText
 
@@ -33,24 +31,24 @@ MAX_DEPTH = 8  # reduce rounds; each round at least halves the partial summaries
 
 
 class Summariser:
-    def __init__(self, engine, *, max_tokens: int, context_tokens: int | None = None, lane: str = "summaries"):
-        self.engine, self.lane = engine, lane
-        context = min(context_tokens or engine.max_seq_len, engine.max_seq_len)
+    def __init__(self, work: Work, *, max_tokens: int, context_tokens: int | None = None, lane: str = "summaries"):
+        self.work, self.lane = work, lane
+        context = min(context_tokens or work.max_seq_len, work.max_seq_len)
         self.answer_tokens = min(max_tokens, context // 4)
-        overhead = len(self.engine.runner.tokenize(self._prompt(COMBINE, title="x" * 40, text=""))) + 16
+        overhead = self.work.count(self._prompt(COMBINE, title="x" * 40, text="")) + 16
         self.text_budget = max(context - self.answer_tokens - overhead, 32)
         self.params = SamplingParams(temperature=0.0, max_tokens=self.answer_tokens)
 
     def count(self, text: str) -> int:
-        return len(self.engine.runner.tokenize(text, add_special=False))
+        return self.work.count(text, add_special=False)
 
     def _prompt(self, template: str, **fields) -> ChatPrompt:
         """The document's text, its name and partial summaries are text: a document cannot write a turn."""
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": template.format(**fields)}]
-        return self.engine.runner.apply_chat_template(messages)
+        return self.work.chat_prompt(messages)
 
     async def _ask(self, template: str, **fields) -> str:
-        text, finish = await self.engine.generate(self._prompt(template, **fields), lane=self.lane, params=self.params)
+        text, finish = await self.work.generate(self._prompt(template, **fields), lane=self.lane, params=self.params)
         if finish is None or finish.reason not in ("stop", "length"):
             raise RuntimeError(f"summary request ended with {finish.reason if finish else 'nothing'}"
                                f"{': ' + finish.error if finish and finish.error else ''}")

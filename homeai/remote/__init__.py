@@ -10,6 +10,6 @@ in front of the routes.
 """
 
 from homeai.remote.client import RemoteClient, RemoteFailure
-from homeai.remote.gate import FairGate, GateClosed, Ticket
+from homeai.remote.gate import FairGate, GateClosed, QueueFull, Ticket
 
-__all__ = ["FairGate", "GateClosed", "Ticket", "RemoteClient", "RemoteFailure"]
+__all__ = ["FairGate", "GateClosed", "QueueFull", "Ticket", "RemoteClient", "RemoteFailure"]

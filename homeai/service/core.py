@@ -1,16 +1,19 @@
 """The service: what every protocol asks of the served model, answered the same way.
 
-    service = Service(runtime)                              # one per app
+    service = Service(program)                              # one per program (homeai.app)
     lane, policy = service.lane(caller, requested, "chat")  # the member's rights
     answer = await service.chat(ChatAsk(messages, lane=lane), caller)
     async for event in answer: ...                         # homeai.service.answer
 
 `chat`, `complete` and `embed` each resolve the model, check the member's lane and the server's
 limits, build the tool plan, grammar and prompt off the event loop, and submit (refusals as
-ServiceError: 400, 403, 404, 429 with Retry-After, 503); `service.speech` transcribes a spoken
-question (`homeai.service.speech`). The facts a protocol reports (model cards, context length,
-embedding size, token text for logprobs) are read here too, so no route touches the runner or
-the engine.
+ServiceError: 400, 403, 404, 429 with Retry-After, 503); `service.hearing` transcribes a spoken
+question (`homeai.service.hearing`: speech in), `service.speaking` says text (`homeai.service.speaking`:
+speech out). The facts a protocol reports (model cards, context length, embedding size, token text
+for logprobs, `/healthz`'s) are read here too, and the jobs' work goes through `service.work()`
+(`homeai.service.background`), so no route, job or Wyoming session touches the runner or the engine.
+The program (`homeai.app.Program`) hands the service what it assembled: the runner, the engine
+once it runs, speech in and out, the store, the remote lanes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
+from homeai.engine import usage
 from homeai.engine.engine import Engine, RequestStream
 from homeai.engine.state import EngineState
 from homeai.sched.request import Kind
@@ -26,8 +30,10 @@ from homeai.service import clients, names, prompts, sampling, thinking, words
 from homeai.service.answer import Answer
 from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
 from homeai.service.errors import ServiceError, embedding_failed, model_loading, model_unavailable
-from homeai.service.rights import Caller, lane_for
-from homeai.service.speech import Speech
+from homeai.service.background import Work
+from homeai.service.hearing import Hearing
+from homeai.service.rights import Caller, lane_for, member_may_use
+from homeai.service.speaking import Speaking
 from homeai.service.submit import off_loop, submit
 from lanes import chat as chat_lane
 from lanes.base import LanePolicy
@@ -40,43 +46,94 @@ GRAMMAR_THREADS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="grammar
 
 
 class Service:
-    def __init__(self, runtime):
-        self.runtime = runtime
-        self.speech = Speech(runtime)  # one speech turn: transcribe (homeai.service.speech)
-        self.jobs = None  # the job service, for `documents` (set by the app once it runs)
+    def __init__(self, program):
+        self.program = program  # homeai.app.Program: what was assembled, read as it loads
+        self.hearing = Hearing(program)  # speech in: one speech turn (homeai.service.hearing)
+        self.speaking = Speaking(program)  # speech out (homeai.service.speaking)
+        self.jobs = None  # the job service, for `documents` (set by the program once it opens)
 
     # ---- what the protocols report ----------------------------------------------------------
 
     @property
     def cfg(self):
-        return self.runtime.cfg
+        return self.program.cfg
 
     @property
     def remotes(self):
         """The lanes answered by remote servers (`[remote.<lane>]`)."""
-        return self.runtime.remotes
+        return self.program.remotes
 
     def engine(self) -> Engine:
         """The engine once the model is loaded; else a 503 saying why."""
-        runtime = self.runtime
-        if runtime.engine is None:
-            raise model_unavailable(runtime.error) if runtime.error else model_loading()
-        return runtime.engine
+        program = self.program
+        if program.engine is None:
+            raise model_unavailable(program.error) if program.error else model_loading()
+        return program.engine
 
     def ready(self) -> None:
         self.engine()
 
+    def runner(self):
+        """The loaded model (tokenizer, chat template, grammars) once it serves; else a 503 saying why."""
+        self.engine()
+        return self.program.runner
+
+    def health(self) -> dict:
+        """What `/healthz` says: "error" (and why), "loading", or what is served."""
+        program = self.program
+        if program.error:
+            return {"status": "error", "error": program.error}
+        engine = program.engine
+        if engine is None:
+            return {"status": "loading"}
+        info = program.runner.info
+        return {"status": "ok", "model": program.model_id("generate"), "embedding_model": program.model_id("embed"),
+                "n_ctx": info.n_ctx, "max_seq_len": info.max_seq_len,
+                "interactive_max_seq_len": engine.interactive_max_seq_len, "n_seq_max": info.n_seq_max,
+                "gpu_offload": info.gpu_offload, "lanes": list(engine.policies)}
+
+    def state_now(self) -> EngineState | None:
+        """The engine's state now, or None while the model loads (`/metrics` renders either)."""
+        engine = self.program.engine
+        return engine.state() if engine is not None else None
+
+    def work(self) -> Work | None:
+        """What background jobs ask of the model (`homeai.service.background`), or None while it loads."""
+        engine = self.program.engine
+        return Work(engine, self.program.runner) if engine is not None else None
+
+    def member_may_use(self, member: str, lane: str) -> None:
+        """A 403 (or a 404 for no such member) unless the member named `member` may use `lane`, read
+        from the store now (Wyoming's `wyoming.member`). Blocking: call it off the event loop."""
+        member_may_use(self.program.sessions, member, lane)
+
     def cards(self) -> list:
         self.ready()
-        return self.runtime.cards()
+        return self.program.cards()
+
+    def loaded_cards(self) -> dict:
+        """The served model cards by purpose ("generate", "embed"), as loaded so far (none while loading)."""
+        return self.program.models
+
+    def cards_now(self) -> list:
+        """The served model cards, none while the model loads (no 503: `/api/pull` and `/api/delete`)."""
+        return self.program.cards()
+
+    def names_served(self, name: str | None, purpose: str) -> bool:
+        """Whether `name` (or an alias, or nothing) names the model serving `purpose`."""
+        return self.program.resolve_model(name, purpose) is not None
+
+    def members_using(self) -> dict:
+        """Who is using the box now (`homeai.engine.usage.members`: an admin's `/api/lanes`)."""
+        return usage.members(self.engine())
 
     def model(self, requested: str | None, purpose: str) -> str:
         """The served model's id for `purpose` ("generate" or "embed") if `requested` names it (as
         Ollama's `<id>:latest` too, or `<id>:<lane>`: `homeai.service.names`); else a 404."""
         self.ready()
-        model = self.runtime.resolve_model(self._base(requested), purpose)
+        model = self.program.resolve_model(self._base(requested), purpose)
         if model is None:
-            served = self.runtime.model_id(purpose)
+            served = self.program.model_id(purpose)
             raise ServiceError(404, f"the model {requested!r} does not exist; this server serves {served!r} "
                                     f"(also as {served}:<lane> for a lane: {', '.join(self.cfg.lanes)})",
                                code="model_not_found", param="model")
@@ -88,9 +145,9 @@ class Service:
         self.ready()
         found, purposes = None, set()
         for purpose in ("generate", "embed"):
-            if self.runtime.resolve_model(self._base(name), purpose) is not None:
-                found = found or self.runtime.models[purpose]
-                if self.runtime.models[purpose] == found:
+            if self.program.resolve_model(self._base(name), purpose) is not None:
+                found = found or self.program.models[purpose]
+                if self.program.models[purpose] == found:
                     purposes.add(purpose)
         return (found, purposes) if found is not None else None
 
@@ -98,7 +155,7 @@ class Service:
         """The served model's names that pick a lane `caller` may use (`<id>:summaries`, ...), and its
         short alias's (`home`, `home:summaries`, ...: `[clients] model_alias`)."""
         self.ready()
-        return names.listed(self.runtime.model_id("generate"), self.cfg.lanes, caller.lanes,
+        return names.listed(self.program.model_id("generate"), self.cfg.lanes, caller.lanes,
                             alias=self.cfg.clients.model_alias)
 
     def _base(self, name: str | None) -> str | None:
@@ -114,28 +171,32 @@ class Service:
         return self.engine().state()
 
     def on_gpu(self) -> bool:
-        return self.engine().runner.info.gpu_offload
+        return self.runner().info.gpu_offload
 
     def embed_dimensions(self) -> int:
-        return self.engine().runner.info.embed_n_embd
+        return self.runner().info.embed_n_embd
+
+    def trained_context(self) -> int:
+        """The context length the model was trained on (Ollama's `/api/show`)."""
+        return self.runner().info.n_ctx_train
 
     def thinking_form(self) -> thinking.Form:
         """How the served model thinks, from its chat template (`homeai.service.thinking`)."""
-        return thinking.form_of(self.engine().runner.chat.template)
+        return thinking.form_of(self.runner().chat.template)
 
     def template_choice(self):
         """The chat template the model is served with and why (`TemplateChoice`: `/api/show`)."""
-        return self.engine().runner.chat
+        return self.runner().chat
 
     def piece(self, token: int) -> bytes:
         """The bytes token `token` stands for (logprobs)."""
-        return self.engine().runner.piece(token)
+        return self.runner().piece(token)
 
     # ---- rights and limits ------------------------------------------------------------------
 
     def lane(self, caller: Caller, requested: str | None, default: str) -> tuple[str, LanePolicy]:
         """The lane asked for (else `default`) and its policy: 400 unknown, 403 not the member's."""
-        return lane_for(self.runtime, caller, requested, default)
+        return lane_for(self.program, caller, requested, default)
 
     def request_lane(self, caller: Caller, *, model: str | None, lane: str | None = None,
                      header: str | None = None, default: str) -> tuple[str, LanePolicy]:
@@ -161,7 +222,7 @@ class Service:
         """Refuse tools that would be refused at the first question (a 400 `invalid_tools`, the
         message naming the field), so a session can refuse them when it starts (checked in `caller`'s
         turn: a 429 `grammar_busy` as it is)."""
-        runner = self.engine().runner
+        runner = self.runner()
         try:
             plan = await asyncio.to_thread(prompts.tool_plan, runner, tools, tool_choice)
             if plan is not None:
@@ -181,7 +242,7 @@ class Service:
         self._check(ask)
         engine = self.engine()
         model = self.model(ask.model, "generate")
-        runner = engine.runner
+        runner = self.runner()
         plan, grammar = await self._plan(runner, ask, caller.key)
         params = sampling.params(ask.sampling, policy, grammar, plan.stops if plan is not None else ())
         docs, citations = await self._documents(ask.messages) if ask.documents else ("", [])
@@ -217,7 +278,7 @@ class Service:
         self._check(ask)
         engine = self.engine()
         model = self.model(ask.model, "generate")
-        runner = engine.runner
+        runner = self.runner()
         grammar = await self._grammar(runner, None, ask.structured, ask.structured_kind, caller.key)
         params = sampling.params(ask.sampling, policy, grammar)
         think = thinking.held(ask.think) if grammar is not None else ask.think

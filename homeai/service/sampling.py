@@ -50,6 +50,11 @@ def check_limits(server: ServerConfig, *, max_tokens: int | None, num_messages: 
                            param=max_tokens_param)
 
 
+def defaults() -> SamplingParams:
+    """homeai's default sampling, as a request that names none gets it (Ollama's `/api/show` lists it)."""
+    return SamplingParams()
+
+
 def params(ask: SamplingAsk, policy: LanePolicy, grammar: Grammar | None = None,
            form_stops: tuple[str, ...] = ()) -> SamplingParams:
     """The sampler's parameters: what was asked over homeai's defaults and the lane's answer length.

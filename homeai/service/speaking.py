@@ -25,7 +25,7 @@ Each error text is written once:
                              for all but voice (Retry-After 1)
     synthesis_failed    500  piper failed on the text
 
-    speaking = Speaking(runtime)
+    speaking = Speaking(program)   # the service's: `service.speaking`
     voice = speaking.check(text, None, 1.0)
     async for pcm in speaking.speak(text, lane="chat", member=caller.key, voice=voice):  # at sample_rate(voice)
         ...
@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
 from homeai.service.errors import RETRY_SOON, ServiceError
 from homeai.service import thinking
-from homeai.speech.base import SpeechModelError, SynthesisBusy, SynthesisOverCap
+from homeai.speech.base import SpeechError, SpeechModelError, SynthesisBusy, SynthesisOverCap, resolve_voice
 from homeai.speech.sentences import Sentences, speakable
 
 if TYPE_CHECKING:  # speech out is optional: piper is imported once a voice has loaded
@@ -62,21 +63,38 @@ def priority(lane: str) -> int:
 
 
 class Speaking:
-    """The speech out of one runtime (its `tts`, `tts_error`, `engine` and `cfg.tts`)."""
+    """The speech out of one program (its `tts`, `tts_error`, `engine` and `cfg.tts`)."""
 
-    def __init__(self, runtime):
-        self.runtime = runtime
+    def __init__(self, program):
+        self.program = program
 
     def model(self) -> TextToSpeech:
         """The loaded voices, or the ServiceError saying why there are none."""
-        runtime = self.runtime
-        if runtime.tts is not None:
-            return runtime.tts
-        if runtime.tts_error:
-            raise ServiceError(503, runtime.tts_error, code="tts_unavailable")
-        if runtime.engine is None:  # speech out loads with the model
+        program = self.program
+        if program.tts is not None:
+            return program.tts
+        if program.tts_error:
+            raise ServiceError(503, program.tts_error, code="tts_unavailable")
+        if program.engine is None:  # speech out loads with the model
             raise ServiceError(503, LOADING, code="model_loading", headers=RETRY_SOON)
         raise ServiceError(503, NOT_LOADED, code="tts_unavailable")
+
+    def offered(self) -> list[tuple[str, Path]]:
+        """(name, .onnx path) of each voice a client may be offered (Wyoming's describe): those loaded,
+        or while the models load the one being loaded (read from the config, not loaded); none when
+        there is no speech out (disabled, or it failed to load)."""
+        program = self.program
+        if program.tts is not None:
+            return [(voice.name, voice.path) for voice in program.tts.voices.values()]
+        cfg = program.cfg.tts
+        loading = program.tts_error is None and program.error is None and program.engine is None
+        if not (cfg.enabled and loading):
+            return []
+        try:
+            path = resolve_voice(cfg)
+        except SpeechError:
+            return []
+        return [(path.name.removesuffix(".onnx"), path)]
 
     def voices(self) -> list[str]:
         """The loaded voices' names, the default first."""
@@ -86,7 +104,7 @@ class Speaking:
     def check(self, text: str, voice: str | None, speed: float, *, text_param: str = "input") -> str:
         """The voice to use for `text` (None: the default), or a 400 naming the field at fault."""
         tts = self.model()
-        max_chars = self.runtime.cfg.tts.max_chars
+        max_chars = self.program.cfg.tts.max_chars
         if not text or not text.strip():
             raise _invalid(f"'{text_param}' is empty: there is nothing to say", text_param)
         if len(text) > max_chars:
@@ -133,6 +151,15 @@ class Speaking:
             async for pcm in frames:
                 yield pcm
 
+    async def speak_sentence(self, sentence: str, *, lane: str, member: str, voice: str | None = None,
+                             first: bool = True) -> AsyncIterator[bytes]:
+        """One sentence a `Cutter` gave (a stream's: Wyoming's), said as it is, not cut again, in a
+        slot of `member`'s; `first` (the stream's first sentence): background held for it on voice."""
+        spoken = self._sentences_spoken(_listed([sentence]), lane, member, voice, 1.0, hold=first)
+        async with contextlib.aclosing(spoken) as frames:
+            async for pcm in frames:
+                yield pcm
+
     async def speak_stream(self, pieces: AsyncIterator[str], *, lane: str, member: str, voice: str | None = None,
                            speed: float = 1.0) -> AsyncIterator[bytes]:
         """Text arriving (an answer's pieces): each sentence synthesised once it is whole (the first
@@ -168,8 +195,8 @@ class Speaking:
                 hold_first.close()
 
     def _background_held(self):
-        engine = self.runtime.engine
-        if engine is None or not self.runtime.cfg.tts.pause_background:
+        engine = self.program.engine
+        if engine is None or not self.program.cfg.tts.pause_background:
             return contextlib.nullcontext()
         return engine.background_paused()
 
@@ -179,13 +206,29 @@ async def _listed(sentences: list[str]) -> AsyncIterator[str]:
         yield sentence
 
 
+class Cutter:
+    """A stream's text as it arrives -> the sentences to say, each once whole: a thought the text
+    starts with left out, however many pieces and sentences it spans (one splitter for the whole
+    stream), an answer's first clause ahead (`FIRST_CLAUSE`). The one cutter of a stream, for
+    `speak_stream` and Wyoming's synthesize-chunk alike."""
+
+    def __init__(self):
+        self.sentences = Sentences(first_clause=FIRST_CLAUSE)
+        self.thought = thinking.TagSplitter("<think>", "</think>")  # never said
+
+    def feed(self, piece: str) -> list[str]:
+        return self.sentences.feed(self.thought.feed(piece)[1])
+
+    def finish(self) -> list[str]:
+        return self.sentences.feed(self.thought.finish()[1]) + self.sentences.flush()
+
+
 async def _cut(pieces: AsyncIterator[str]) -> AsyncIterator[str]:
-    cutter = Sentences(first_clause=FIRST_CLAUSE)
-    thoughts = thinking.TagSplitter("<think>", "</think>")  # a thought the text starts with is not said
+    cutter = Cutter()
     async for piece in pieces:
-        for sentence in cutter.feed(thoughts.feed(piece)[1]):
+        for sentence in cutter.feed(piece):
             yield sentence
-    for sentence in cutter.feed(thoughts.finish()[1]) + cutter.flush():
+    for sentence in cutter.finish():
         yield sentence
 
 

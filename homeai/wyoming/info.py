@@ -1,11 +1,11 @@
-"""What `describe` answers: Wyoming's `info` event, built from what the runtime holds when it is asked.
+"""What `describe` answers: Wyoming's `info` event, built from what the service says when it is asked.
 
     asr  one program: the speech model in force (listed while it loads, as before);
          `supports_transcript_streaming` as `wyoming.transcript_streaming` says
     tts  one program with the loaded voice(s) and `supports_synthesize_streaming`; while the
          models still load, the voice being loaded (read from its .onnx.json, not loaded);
          none at all when text to speech is unavailable (`tts.enabled` off, or it failed to
-         load: `runtime.tts_error`), so Home Assistant offers no voice that cannot speak
+         load: `service.speaking.offered()`), so Home Assistant offers no voice that cannot speak
 
 A voice's languages are its .onnx.json's `language.code` ("en_US"), as wyoming-piper lists them,
 else its espeak-ng voice ("en-us").
@@ -18,7 +18,6 @@ import json
 from pathlib import Path
 
 from homeai import __version__
-from homeai.speech.base import SpeechError, resolve_voice
 from homeai.wyoming.framing import Event
 
 DEFAULT_LANGUAGE = "en"
@@ -27,10 +26,10 @@ PIPER = {"name": "Piper", "url": "https://github.com/OHF-Voice/piper1-gpl"}
 PIPER_VOICES = {"name": "rhasspy", "url": "https://huggingface.co/rhasspy/piper-voices"}
 
 
-def describe(runtime) -> Event:
+def describe(service) -> Event:
     """The `info` answer to `describe`."""
-    tts = tts_program(runtime)
-    return Event("info", {"asr": [asr_program(runtime.cfg)], "tts": [tts] if tts else [], "handle": [],
+    tts = tts_program(service)
+    return Event("info", {"asr": [asr_program(service.cfg)], "tts": [tts] if tts else [], "handle": [],
                           "intent": [], "wake": [], "mic": [], "snd": []})
 
 
@@ -45,29 +44,14 @@ def asr_program(cfg) -> dict:
                         "installed": True, "version": None, "languages": [DEFAULT_LANGUAGE]}]}
 
 
-def tts_program(runtime) -> dict | None:
+def tts_program(service) -> dict | None:
     """The text-to-speech program, or None when there is none to offer."""
-    voices = _voices(runtime)
+    voices = service.speaking.offered()
     if not voices:
         return None
     return {"name": "homeai", "description": "homeai text to speech (piper)", "attribution": PIPER,
             "installed": True, "version": __version__, "supports_synthesize_streaming": True,
             "voices": [_voice(name, path) for name, path in voices]}
-
-
-def _voices(runtime) -> list[tuple[str, Path]]:
-    """(name, .onnx path) of each voice offered: those loaded, or the one still loading."""
-    if runtime.tts is not None:
-        return [(voice.name, voice.path) for voice in runtime.tts.voices.values()]
-    cfg = runtime.cfg.tts
-    loading = runtime.tts_error is None and runtime.error is None and runtime.engine is None
-    if not (cfg.enabled and loading):
-        return []
-    try:
-        path = resolve_voice(cfg)
-    except SpeechError:
-        return []
-    return [(path.name.removesuffix(".onnx"), path)]
 
 
 def _voice(name: str, path: Path) -> dict:

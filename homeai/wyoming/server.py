@@ -1,6 +1,6 @@
 """The Wyoming listener: a TCP server beside the HTTP API, started and stopped with the daemon.
 
-    server = await WyomingServer(runtime).start()   # the app's lifespan, when wyoming.enabled
+    server = await WyomingServer(service).start()   # the app's lifespan, when wyoming.enabled
     ...
     await server.stop()                             # closes the listener and every connection
 
@@ -41,9 +41,9 @@ LINGER_S = 2.0  # a refused connection's input is read and dropped this long at 
 
 
 class WyomingServer:
-    def __init__(self, runtime):
-        self.runtime = runtime
-        self.cfg = runtime.cfg.wyoming
+    def __init__(self, service):
+        self.service = service  # the only thing below Wyoming it is handed (homeai.service)
+        self.cfg = service.cfg.wyoming
         self.allowed = [ipaddress.ip_network(entry, strict=False) for entry in self.cfg.allow_from]
         self.port: int | None = None  # the port listened on (wyoming.port, or the one picked for 0)
         self._server: asyncio.Server | None = None
@@ -150,7 +150,7 @@ class WyomingServer:
     async def _session(self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._per_address[address] += 1
         try:
-            if await Session(self.runtime, reader, writer).run():  # ended by an error it told the client
+            if await Session(self.service, reader, writer).run():  # ended by an error it told the client
                 await self._linger(reader, writer)
         finally:
             self._per_address[address] -= 1

@@ -12,7 +12,7 @@
     ping                                     -> pong
 
 Audio is PCM16 (width 2) at 8..48 kHz with any number of channels, mixed down to mono here;
-then handed to the service's one speech turn (`homeai.service.speech`), as `/v1/voice` hands its
+then handed to the service's speech in (`service.hearing`, `homeai.service.hearing`), as `/v1/voice` hands its
 audio: resampled to 16 kHz, on the speech model's bounded pool, the engine's background lanes held
 while it is transcribed (`speech.pause_background`), speech's errors with the same codes and texts.
 A `WyomingError` (a bad frame, an event out of order, audio of another format than announced,
@@ -37,9 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from homeai.service.errors import ServiceError
-from homeai.service.speech import Speech
 from homeai.speech.base import MAX_RATE, MIN_RATE
-from homeai.store.members import LaneNotAllowed, check_lane, lanes_of
 from homeai.wyoming.framing import Event, EventRefused, WyomingError, encode, read_event
 from homeai.wyoming.info import DEFAULT_LANGUAGE, describe
 from homeai.wyoming.synthesis import VOICE_LANE, Synthesis
@@ -77,19 +75,20 @@ class AudioFormat:
 class Session:
     """The protocol on one connection: at most one utterance buffered at a time."""
 
-    def __init__(self, runtime, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
-        self.runtime, self.reader, self.writer = runtime, reader, writer
-        self.speech = Speech(runtime)
-        self.max_bytes = runtime.cfg.wyoming.max_frame_bytes
-        self.max_utterance_s = runtime.cfg.speech.max_utterance_s
-        self.max_audio_bytes = runtime.cfg.wyoming.max_audio_bytes
+    def __init__(self, service, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.service, self.reader, self.writer = service, reader, writer
+        self.cfg = service.cfg
+        self.hearing = service.hearing  # speech in
+        self.max_bytes = self.cfg.wyoming.max_frame_bytes
+        self.max_utterance_s = self.cfg.speech.max_utterance_s
+        self.max_audio_bytes = self.cfg.wyoming.max_audio_bytes
         self.language = DEFAULT_LANGUAGE
         self.format: AudioFormat | None = None  # set by audio-start, until audio-stop
         self.pcm = bytearray()  # mono PCM16 at format.rate
         self.handlers = {"describe": self._describe, "ping": self._ping, "transcribe": self._transcribe,
                          "audio-start": self._audio_start, "audio-chunk": self._audio_chunk,
                          "audio-stop": self._audio_stop}
-        self.synthesis = Synthesis(runtime, self.send, writer.close)
+        self.synthesis = Synthesis(service, self.send, writer.close)
         for kind in self.synthesis.handlers:
             self.handlers[kind] = self._synthesis_event
 
@@ -136,7 +135,7 @@ class Session:
     # ---- events -----------------------------------------------------------------------------
 
     async def _describe(self, _event: Event) -> None:
-        await self.send(describe(self.runtime))
+        await self.send(describe(self.service))
 
     async def _ping(self, event: Event) -> None:
         await self.send(Event("pong", {"text": event.data["text"]} if isinstance(event.data.get("text"), str) else {}))
@@ -152,8 +151,8 @@ class Session:
         self.language = match.group(1)
 
     async def _audio_start(self, event: Event) -> None:
-        if self.runtime.cfg.wyoming.member:  # checked per utterance: `homeai members lanes` applies at once
-            await asyncio.to_thread(_allow_voice, self.runtime, self.runtime.cfg.wyoming.member)
+        if self.cfg.wyoming.member:  # checked per utterance: `homeai members lanes` applies at once
+            await self._allow_voice()
         self.format = AudioFormat.of(event)
         self.pcm.clear()
 
@@ -183,19 +182,19 @@ class Session:
         pcm, rate = bytes(self.pcm), self.format.rate
         self.format = None
         self.pcm.clear()
-        if not self.runtime.cfg.wyoming.transcript_streaming:
+        if not self.cfg.wyoming.transcript_streaming:
             text, language = await self._text(pcm, rate) if pcm else ("", self.language)
             await self.send(Event("transcript", {"text": text, "language": language}))
             return
         if pcm:
-            self.speech.model()  # no speech model: the error before the stream starts
+            self.hearing.model()  # no speech model: the error before the stream starts
         await self.send(Event("transcript-start", {"language": self.language}))
         text, language = await self._streamed_text(pcm, rate) if pcm else ("", self.language)
         await self.send(Event("transcript", {"text": text, "language": language}))
         await self.send(Event("transcript-stop"))
 
     async def _text(self, pcm: bytes, rate: int, on_segment=None) -> tuple[str, str]:
-        transcript = await self.speech.transcribe(pcm, rate, self.language, on_segment=on_segment)
+        transcript = await self.hearing.transcribe(pcm, rate, self.language, on_segment=on_segment)
         log.debug("wyoming: transcribed %.1f s of audio in %.0f ms", transcript.duration_s, transcript.elapsed_ms)
         return transcript.text, transcript.language
 
@@ -221,9 +220,17 @@ class Session:
             transcription.cancel()  # a client gone mid-stream: the result is not waited for
 
     async def _synthesis_event(self, event: Event) -> None:
-        if event.type in ("synthesize", "synthesize-start") and self.runtime.cfg.wyoming.member:
-            await asyncio.to_thread(_allow_voice, self.runtime, self.runtime.cfg.wyoming.member)
+        if event.type in ("synthesize", "synthesize-start") and self.cfg.wyoming.member:
+            await self._allow_voice()
         await self.synthesis.handlers[event.type](event)
+
+    async def _allow_voice(self) -> None:
+        """`wyoming.member`, whom Wyoming clients act as, must exist and may use the voice lane: the
+        service's rights, asked of the store now."""
+        try:
+            await asyncio.to_thread(self.service.member_may_use, self.cfg.wyoming.member, VOICE_LANE)
+        except ServiceError as e:
+            raise WyomingError(e.code, f"wyoming.member: {e.message}") from None
 
     # ---- sending ------------------------------------------------------------------------------
 
@@ -237,17 +244,6 @@ class Session:
     async def _error(self, code: str, text: str) -> None:
         with contextlib.suppress(ConnectionError):
             await self.send(Event("error", {"text": text, "code": code}))
-
-
-def _allow_voice(runtime, member: str) -> None:
-    """`wyoming.member`, whom Wyoming clients act as, must exist and may use the voice lane."""
-    try:
-        with runtime.sessions() as session:
-            check_lane(member, lanes_of(session, name=member), VOICE_LANE)
-    except LaneNotAllowed as e:
-        raise WyomingError("lane_not_allowed", f"wyoming.member: {e}") from None
-    except ValueError as e:
-        raise WyomingError("unknown_member", f"wyoming.member: {e}") from None
 
 
 def _mono(pcm: bytes, channels: int) -> bytes:

@@ -9,10 +9,11 @@
 
 A `synthesize` is spoken as one audio stream (what a client that does not stream waits for); a
 stream is spoken a sentence at a time (`homeai.speech.sentences`), each its own audio-start..stop,
-as wyoming-piper does. A thought the answer opens with (`<think>...</think>`, a thinking model's
-text handed on whole by a client) is never said: a stream's chunks pass one splitter
-(`homeai.service.thinking`) before they are cut into sentences, so a thought spanning many chunks
-and sentences is held back whole, not only a chunk's own. Speech goes through the service's speaking (`homeai.service.speaking`) on
+as wyoming-piper does. A stream is cut once, by the service's `Cutter` (`homeai.service.speaking`,
+the one `speak_stream` cuts an answer with), and each sentence is said as it was cut. A thought the
+answer opens with (`<think>...</think>`, a thinking model's text handed on whole by a client) is
+never said: the cutter's one splitter holds back a thought spanning many chunks and sentences whole,
+not only a chunk's own. Speech goes through the service's speech out (`service.speaking`) on
 the voice lane: the voice lane's priority on the synthesis pool, the background lanes held while
 it is synthesised, and with `wyoming.member` set, that member must be allowed the voice lane and
 its share of the pool is that member's (`tts.max_pending_per_member`, with the member's other
@@ -37,9 +38,7 @@ import logging
 from dataclasses import dataclass, field
 
 from homeai.service.errors import ServiceError
-from homeai.service.speaking import FIRST_CLAUSE, Speaking
-from homeai.service.thinking import TagSplitter
-from homeai.speech.sentences import Sentences
+from homeai.service.speaking import Cutter
 from homeai.wyoming.framing import Event, EventRefused
 
 log = logging.getLogger("homeai.wyoming")
@@ -56,8 +55,7 @@ class Stream:
     """A streaming synthesis between synthesize-start and synthesize-stop."""
 
     voice: str
-    sentences: Sentences = field(default_factory=lambda: Sentences(first_clause=FIRST_CLAUSE))
-    thought: TagSplitter = field(default_factory=lambda: TagSplitter("<think>", "</think>"))  # never said
+    cutter: Cutter = field(default_factory=Cutter)  # the stream's one: sentences as they complete, no thought
     queued: int = 0  # sentences queued: the first holds background while it is synthesised
     chars: int = 0
     refused: bool = False  # its text went over the cap: the rest is dropped
@@ -66,10 +64,10 @@ class Stream:
 class Synthesis:
     """The synthesize events of one connection; `send` writes an event to it, `lost` closes it."""
 
-    def __init__(self, runtime, send, lost):
-        self.speaking = Speaking(runtime)
-        self.max_chars = runtime.cfg.tts.max_chars
-        self.member = runtime.cfg.wyoming.member or ANONYMOUS  # whose share of the speech-out pool
+    def __init__(self, service, send, lost):
+        self.speaking = service.speaking
+        self.max_chars = service.cfg.tts.max_chars
+        self.member = service.cfg.wyoming.member or ANONYMOUS  # whose share of the speech-out pool
         self.send, self.lost = send, lost
         self.stream: Stream | None = None
         self.queue: asyncio.Queue = asyncio.Queue()  # (text, voice, whole, first) to speak, or _STOPPED
@@ -120,14 +118,14 @@ class Synthesis:
         except ServiceError as e:
             stream.refused = True
             raise EventRefused(e.code, f"{e.message}; the rest of the stream is not spoken") from None
-        for sentence in stream.sentences.feed(stream.thought.feed(text)[1]):
+        for sentence in stream.cutter.feed(text):
             self._queue_sentence(stream, sentence)
 
     async def stop(self, _event: Event) -> None:
         stream = self._streaming("synthesize-stop")
         self.stream = None
         if not stream.refused:
-            for sentence in stream.sentences.feed(stream.thought.finish()[1]) + stream.sentences.flush():
+            for sentence in stream.cutter.finish():
                 self._queue_sentence(stream, sentence)
         self._queue(_STOPPED)
 
@@ -187,7 +185,11 @@ class Synthesis:
         started = False
         try:
             audio = {"rate": self.speaking.sample_rate(voice), "width": 2, "channels": 1}
-            spoken = self.speaking.speak(text, lane=VOICE_LANE, member=self.member, voice=voice, first=first)
+            if whole:  # a synthesize's text, cut into sentences here
+                spoken = self.speaking.speak(text, lane=VOICE_LANE, member=self.member, voice=voice)
+            else:  # a stream's sentence, cut already
+                spoken = self.speaking.speak_sentence(text, lane=VOICE_LANE, member=self.member, voice=voice,
+                                                      first=first)
             async with contextlib.aclosing(spoken):  # a connection lost gives the slot back at once
                 async for pcm in spoken:
                     if not started:

@@ -17,6 +17,7 @@ import pytest
 import uvicorn
 
 from homeai.api.app import create_app
+from homeai.app import Program
 from homeai.config import Config, from_dict
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import ALL_LANES, add_member
@@ -36,17 +37,22 @@ def api_config(tmp_dir, **sections) -> Config:
 @dataclass
 class Server:
     url: str
-    app: object  # the FastAPI app: app.state.runtime for what a test must reach inside
+    app: object  # the FastAPI app: app.state.program (or .runtime, its HTTP side) for what a test must reach inside
 
     @property
     def runtime(self):
         return self.app.state.runtime
 
+    @property
+    def program(self):
+        return self.app.state.program
+
 
 @contextlib.contextmanager
 def serve(cfg, runner=None, **app_kwargs):
-    """Run `create_app(cfg, runner=runner, **app_kwargs)` under uvicorn in a thread until the block ends."""
-    app = create_app(cfg, runner=runner, **app_kwargs)
+    """Run the app over `Program(cfg, runner=runner, **program_kwargs)` (the one assembly: homeai.app) under
+    uvicorn in a thread until the block ends."""
+    app = create_app(Program(cfg, runner=runner, **app_kwargs))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

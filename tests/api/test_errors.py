@@ -171,7 +171,7 @@ def test_same_origin_only_by_default(http):
 
 def test_full_queue_asks_every_route_to_wait_the_lanes_time_to_first_token(server, http, monkeypatch):
     """The household chat and the OpenAI route refuse alike: 429, Retry-After from the lane's TTFT."""
-    engine = server.runtime.engine
+    engine = server.program.engine
 
     def refuse(*_args, lane, **_kwargs):
         raise QueueFull(lane, 1)
@@ -190,5 +190,5 @@ def test_full_queue_asks_every_route_to_wait_the_lanes_time_to_first_token(serve
 
 def test_stopping_engine_is_503(server, http):
     """Last in this module: it stops the engine the server runs."""
-    server.runtime.engine.stop()
+    server.program.engine.stop()
     assert_error(chat(http), 503, "engine_stopped")

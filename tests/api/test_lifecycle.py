@@ -45,6 +45,6 @@ def test_healthz_ok_once_loaded_and_runner_outlives_the_app(tmp_path, runner):
     with serve(api_config(tmp_path), runner) as server, httpx.Client(base_url=server.url) as http:
         body = http.get("/healthz").json()
         assert body["status"] == "ok" and body["n_ctx"] == runner.info.n_ctx
-        assert server.runtime.engine is not None
-    assert server.runtime.engine._thread is not None and not server.runtime.engine._thread.is_alive()
+        assert server.program.engine is not None
+    assert server.program.engine._thread is not None and not server.program.engine._thread.is_alive()
     assert runner.tokenize("still open")  # an injected runner is not closed with the app

@@ -27,11 +27,10 @@ NOTES = " ".join(f"Note {i}: the {room} lamp number {i} was switched {state} at 
 @pytest.fixture(scope="module")
 def small_interactive_runner():
     """A runner whose interactive cache holds 1,024 cells, beside the session's (4,096)."""
-    from homeai.llama import Runner
-    from homeai.models import generation_model
+    from homeai.app import load_runner
 
     cfg = small_config(interactive_n_ctx=1024)
-    loaded = Runner(cfg.model, generation_model(cfg))
+    loaded = load_runner(cfg, embeddings=False, grammar=False)
     yield loaded
     loaded.close()
 

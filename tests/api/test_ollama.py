@@ -77,7 +77,7 @@ def test_version(authed):
 
 def test_list_names_the_served_model_with_its_facts(client, server):
     models = client.list().models
-    card = server.runtime.models["generate"]
+    card = server.program.models["generate"]
     # then its lane names, for the household's lanes but embeddings (issue 27: tests/api/test_lane_names.py)
     assert [m.model for m in models] == [f"{card.id}:latest"] + [f"{card.id}:{lane}" for lane in ("voice", "chat", "summaries", "indexing")]
     model = models[0]
@@ -90,7 +90,7 @@ def test_list_names_the_served_model_with_its_facts(client, server):
 def test_show_gives_details_context_length_and_capabilities(client, served, server):
     shown = client.show(served)
     assert shown.details.family == "llama"
-    assert shown.modelinfo["llama.context_length"] == server.runtime.runner.info.n_ctx_train
+    assert shown.modelinfo["llama.context_length"] == server.program.runner.info.n_ctx_train
     assert shown.modelinfo["general.architecture"] == "llama"
     assert "completion" in shown.capabilities and "embedding" in shown.capabilities  # one file does both
     assert "{%" in shown.template  # the GGUF's chat template
@@ -192,7 +192,7 @@ def test_empty_chat_and_generate_load_the_model(client, served):
 
 def test_embed(client, served, server):
     one = client.embed(model=served, input="the kitchen light")
-    assert len(one.embeddings) == 1 and len(one.embeddings[0]) == server.runtime.runner.info.embed_n_embd
+    assert len(one.embeddings) == 1 and len(one.embeddings[0]) == server.program.runner.info.embed_n_embd
     assert np.linalg.norm(one.embeddings[0]) == pytest.approx(1.0, abs=1e-4)  # Ollama's are unit vectors
     two = client.embed(model=served, input=["the kitchen light", "a recipe for bread"])
     assert len(two.embeddings) == 2 and two.prompt_eval_count > one.prompt_eval_count
@@ -350,7 +350,7 @@ def test_bad_tools_are_400(authed, served):
 
 
 def test_a_prompt_over_the_context_is_a_clear_400(client, served, server):
-    words = server.runtime.engine.max_seq_len_for("chat") + 50
+    words = server.program.engine.max_seq_len_for("chat") + 50
     error = refused(client.generate, model=served, prompt="word " * words, raw=True, options={"num_ctx": 100000})
     assert error.status_code == 400 and "tokens" in error.error
 
@@ -402,7 +402,7 @@ def test_a_members_default_lane_is_used_unless_the_header_names_one(cfg, server,
 def test_a_full_lane_queue_is_429_with_retry_after(server, token, served, authed):
     summaries = client_for(server, token, **{"X-HomeAI-Lane": "summaries"})
     with ThreadPoolExecutor(1) as pool:
-        with server.runtime.engine.background_paused():  # the summaries lane waits: its one queue place is taken
+        with server.program.engine.background_paused():  # the summaries lane waits: its one queue place is taken
             waiting = pool.submit(summaries.generate, model=served, prompt="Hi", options=SHORT)
             assert wait_for(lambda: lanes(authed)["summaries"]["queued"] == 1)
             r = authed.post("/api/generate", json={"model": served, "prompt": "Hi", "stream": False},

@@ -36,11 +36,10 @@ def body(name: str) -> bytes:
 @pytest.fixture(scope="module")
 def sized_runner():
     """A runner with the default cache sizes (from the model), beside the session's small one."""
-    from homeai.llama import Runner
-    from homeai.models import generation_model
+    from homeai.app import load_runner
 
     cfg = small_config(n_ctx=0, interactive_n_ctx=-1)
-    loaded = Runner(cfg.model, generation_model(cfg))
+    loaded = load_runner(cfg, embeddings=False, grammar=False)
     yield loaded
     loaded.close()
 

@@ -171,7 +171,7 @@ def test_show_says_the_model_thinks_and_which_template(http, thinks):
 def test_openai_streams_reasoning_content_and_counts_thought_tokens(oai, server, runner, thinks):
     """A reply all thought (this one never closes `</think>`): every token is counted in `usage` and
     charged to the member's fair share, though none is content."""
-    fair = server.runtime.engine.scheduler.fair
+    fair = server.program.engine.scheduler.fair
     before = fair.counter(("chat", "alice"))
     stream = oai.chat.completions.create(model="homeai", messages=SHOTS[4:], max_tokens=16, temperature=0,
                                          reasoning_effort="high", stream=True, stream_options={"include_usage": True})
@@ -182,7 +182,7 @@ def test_openai_streams_reasoning_content_and_counts_thought_tokens(oai, server,
     num_tokens = chunks[-1].usage.completion_tokens
     assert num_tokens >= len(reasoning.split())  # a word of thought is a token or more
     charged = fair.counter(("chat", "alice")) - before
-    assert charged >= fair.cost(weight=server.runtime.engine.policies["chat"].weight, num_out=num_tokens)
+    assert charged >= fair.cost(weight=server.program.engine.policies["chat"].weight, num_out=num_tokens)
 
 
 def test_openai_message_has_reasoning_content(oai, thinks):

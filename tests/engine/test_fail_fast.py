@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from homeai.api.app import create_app
+from homeai.app import Program
 from homeai.api.shutdown import EXIT_ENGINE_DIED, make_server
 from homeai.config import from_dict
 from homeai.engine.engine import MAX_FAILED_STEPS, Engine, EngineStopped, scheduler_limits
@@ -128,7 +129,7 @@ def test_one_failed_step_fails_its_requests_and_the_engine_serves_on(build, runn
 
 def test_the_server_says_why_and_stops_with_a_nonzero_status_when_the_engine_dies(runner, tmp_path):
     cfg = api_config(tmp_path, server={"shutdown_grace_s": 0.0})
-    app = create_app(cfg, runner=Faulty(runner))
+    app = create_app(Program(cfg, runner=Faulty(runner)))
     server = make_server(app, cfg, log_level="warning")
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -136,7 +137,7 @@ def test_the_server_says_why_and_stops_with_a_nonzero_status_when_the_engine_die
     thread.start()
     assert wait_for(lambda: server.started, timeout=60)
     health = []
-    app.state.runtime.on_fatal.insert(0, lambda reason: health.append(app.state.runtime.error))
+    app.state.runtime.on_fatal.insert(0, lambda reason: health.append(app.state.program.error))
     with httpx.Client(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=TIMEOUT) as http:
         first = ask_until_it_dies(http)
     assert first.status_code == 500 and first.json()["error"]["code"] == "generation_failed"
@@ -206,7 +207,7 @@ def test_a_stop_that_hangs_after_the_engine_died_is_cut_short(monkeypatch):
     monkeypatch.setattr(shutdown, "FATAL_EXIT_S", 0.0)
     monkeypatch.setattr(shutdown.os, "_exit", exits.append)
     cfg = from_dict({}, "(tests)")
-    server = make_server(create_app(cfg), cfg)
+    server = make_server(create_app(Program(cfg)), cfg)
     server.grace_s = 0.0
     server.fatal("the engine stopped: test")
     assert server.should_exit and server.exit_code == EXIT_ENGINE_DIED

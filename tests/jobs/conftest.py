@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from homeai.config import from_dict
+from homeai.service.background import Work
 from homeai.store.db import make_engine, make_sessionmaker, migrate
 from homeai.store.models import Chunk, Document
 from tests.conftest import small_config
@@ -29,6 +30,11 @@ TOPICS = {
     "wifi.pdf": "The wifi router password is on a sticker under the hallway shelf. Reboot the router "
                 "when the fibre light blinks orange.",
 }
+
+
+def work_of(engine) -> Work:
+    """What the service hands the jobs (`service.work()`), over a test's engine and its runner."""
+    return Work(engine, engine.runner)
 
 
 def jobs_config(tmp_path, **jobs):

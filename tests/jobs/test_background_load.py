@@ -19,7 +19,7 @@ from homeai.jobs.indexer import Indexer
 from homeai.jobs.runs import Progress, start_run
 from homeai.jobs.summarise import COMBINE, PART, Summariser
 from homeai.sched.request import SamplingParams
-from tests.jobs.conftest import TOPICS, documents, jobs_config, write_docs
+from tests.jobs.conftest import TOPICS, documents, jobs_config, work_of, write_docs
 
 pytestmark = pytest.mark.model
 
@@ -70,8 +70,8 @@ def test_chat_completes_while_indexing_saturates_the_background_lanes(tmp_path, 
     write_docs(folder, {**docs, "bins.md": LONG})
     cfg = jobs_config(tmp_path, embed_batch=2, summarise=True, summary_tokens=16)
     engine = make_engine()
-    summariser = RecordingSummariser(engine, max_tokens=16, context_tokens=256)
-    indexer = Indexer(engine, store, cfg.jobs, summariser=summariser)
+    summariser = RecordingSummariser(work_of(engine), max_tokens=16, context_tokens=256)
+    indexer = Indexer(work_of(engine), store, cfg.jobs, summariser=summariser)
     progress = Progress(store, start_run(store, "index"))
     result = {}
 

@@ -12,7 +12,7 @@ from sqlalchemy import select, text
 
 from homeai.jobs.service import JobService
 from homeai.store.models import Chunk
-from tests.jobs.conftest import TOPICS, documents, jobs_config, write_docs
+from tests.jobs.conftest import TOPICS, documents, jobs_config, work_of, write_docs
 
 pytestmark = pytest.mark.model
 
@@ -31,7 +31,7 @@ def test_only_changed_files_are_reindexed_and_deleted_ones_lose_their_chunks(tmp
     folder = tmp_path / "docs"
     long_note = " ".join(f"Shopping note {i}: buy {i} apples, {i} pears and bread." for i in range(1, 16))
     write_docs(folder, {**TOPICS, "notes/shopping.md": long_note})
-    service = JobService(jobs_config(tmp_path), make_engine(), store)
+    service = JobService(jobs_config(tmp_path), work_of(make_engine()), store)
 
     first = service.run_info(service.run("index", paths=[str(folder)]))
     docs = documents(store)
@@ -74,7 +74,7 @@ def test_binary_and_unreadable_files_are_skipped_with_reasons(tmp_path, store, m
     (folder / "scan.pdf").write_bytes(b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Pages 9 0 R\ntruncated")
     (folder / "gone.md").symlink_to(tmp_path / "nowhere.md")  # a dangling link
     os.mkfifo(folder / "pipe.txt")  # reading it would block forever
-    service = JobService(jobs_config(tmp_path), make_engine(), store)
+    service = JobService(jobs_config(tmp_path), work_of(make_engine()), store)
 
     run = service.run_info(service.run("index", paths=[str(folder)]))
 

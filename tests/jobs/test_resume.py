@@ -1,6 +1,6 @@
 """`homeai index` killed with SIGKILL mid-run, then run again: every document indexed exactly once.
 
-A real subprocess (`python -m homeai.jobs.cli index`, the command `homeai index` runs),
+A real subprocess (`python -m homeai.index_cli index`, the command `homeai index` runs),
 killed once some documents are written and before all are.
 
 Run: .venv/bin/python -m pytest tests/jobs/test_resume.py
@@ -42,7 +42,7 @@ def write_config(tmp_path) -> Path:
 
 def index(config: Path, folder: Path, log: Path) -> subprocess.Popen:
     with log.open("wb") as out:  # a file, not a pipe: an unread pipe could stall the child
-        return subprocess.Popen([sys.executable, "-m", "homeai.jobs.cli", "--config", str(config), "index",
+        return subprocess.Popen([sys.executable, "-m", "homeai.index_cli", "--config", str(config), "index",
                                  str(folder)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
 

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from homeai.api import errors
 from homeai.api import jobs as jobs_api
 from homeai.jobs.service import JobService
-from tests.jobs.conftest import TOPICS, jobs_config, write_docs
+from tests.jobs.conftest import TOPICS, jobs_config, work_of, write_docs
 
 pytestmark = pytest.mark.model
 
@@ -35,12 +35,12 @@ def client(tmp_path, store, make_engine):
     folder = tmp_path / "docs"
     write_docs(folder, TOPICS)
     cfg = jobs_config(tmp_path, index_paths=[str(folder)])
-    service = JobService(cfg, make_engine(), store).start()
+    service = JobService(cfg, work_of(make_engine()), store).start()
     app = FastAPI()
     app.include_router(jobs_api.router)
     errors.install(app)  # the app's error handlers: an ApiError (the service's ServiceError) is no HTTPException
-    # What the real app keeps: the runtime (auth reads its config and the store) and the job service.
-    app.state.runtime, app.state.jobs = SimpleNamespace(cfg=cfg, sessions=store), service
+    # What the real app keeps: the runtime (auth reads its config and the store) and the program's job service.
+    app.state.runtime, app.state.program = SimpleNamespace(cfg=cfg, sessions=store), SimpleNamespace(jobs=service)
     with TestClient(app) as client:
         yield client
     service.shutdown()
@@ -70,7 +70,7 @@ def test_search_finds_the_document_with_the_phrase_first(client):
         assert results[0]["path"].endswith("/" + expected), (query, [r["path"] for r in results])
         assert results[0]["score"] > 0 and results[0]["snippet"]
 
-    service = client.app.state.jobs
+    service = client.app.state.program.jobs
     system, citations = asyncio.run(service.build_document_context("the boiler pressure dropped", k=2))
     assert citations[0]["n"] == 1 and citations[0]["path"].endswith("/boiler.md")
     assert "[1]" in system and "1.5 bar" in system

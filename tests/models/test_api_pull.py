@@ -71,7 +71,7 @@ def test_pull_streams_ollamas_progress_then_lists_and_shows_the_model(admin, mod
     assert [p.completed for p in downloading][-1] == len(tiny_gguf) and len(downloading) > 3
 
     listed = {m.model: m for m in admin.list().models}
-    card = server.runtime.models["generate"]
+    card = server.program.models["generate"]
     lane_names = {f"{card.id}:{lane}" for lane in ("voice", "chat", "summaries", "indexing")}  # the served model's (issue 27)
     assert set(listed) == {f"{card.id}:latest", NAME} | lane_names
     pulled = listed[NAME]
@@ -162,7 +162,7 @@ def test_delete_removes_a_local_model_but_never_the_served_one(cfg, server, admi
         admin.delete(NAME)
     assert refused.value.status_code == 404
     served = catalog.folder(cfg.data_dir) / "served.gguf"  # a local model that is the served file
-    served.symlink_to(server.runtime.models["generate"].path)
+    served.symlink_to(server.program.models["generate"].path)
     try:
         with pytest.raises(ollama.ResponseError) as refused:
             admin.delete("served")

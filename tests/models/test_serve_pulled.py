@@ -14,7 +14,7 @@ import pytest
 
 from homeai import pull
 from homeai.config import from_dict
-from homeai.llama import Runner
+from homeai.app import load_runner
 from homeai.models import generation_model
 from tests.api.conftest import TIMEOUT, serve
 from tests.models.conftest import SPLIT
@@ -32,11 +32,11 @@ def test_a_pulled_split_model_served_by_its_name(hub, tmp_path):
                      "model": {"path": NAME.lower(), "n_ctx": 1024, "interactive_n_ctx": 512, "n_batch": 256,
                                "n_seq_max": 4, "embed_n_ctx": 256, "embed_n_seq_max": 4}}, "(test)")
     assert generation_model(cfg) == model.path  # the first part: llama.cpp finds the others beside it
-    runner = Runner(cfg.model, generation_model(cfg))
+    runner = load_runner(cfg, embeddings=False, grammar=False)
     try:
         with serve(cfg, runner) as server:
             client = ollama.Client(host=server.url, timeout=TIMEOUT)
-            served = f"{server.runtime.models['generate'].id}:latest"
+            served = f"{server.program.models['generate'].id}:latest"
             assert served == "split-Q8_0-00001-of-00003:latest"
             lane_names = {served.replace(":latest", f":{lane}") for lane in ("voice", "chat", "summaries", "indexing")}  # issue 27
             assert {m.model for m in client.list().models} == {served, NAME} | lane_names
@@ -65,7 +65,7 @@ def test_a_hand_placed_file_served_by_its_name_is_listed_once(tmp_path, tiny_ggu
                      "database": {"url": f"sqlite:///{tmp_path / 'h.db'}"},
                      "model": {"path": "tiny-house", "n_ctx": 1024, "interactive_n_ctx": 512, "n_batch": 256,
                                "n_seq_max": 4, "embed_n_ctx": 256, "embed_n_seq_max": 4}}, "(test)")
-    runner = Runner(cfg.model, generation_model(cfg))
+    runner = load_runner(cfg, embeddings=False, grammar=False)
     try:
         with serve(cfg, runner) as server:
             client = ollama.Client(host=server.url, timeout=TIMEOUT)

@@ -178,7 +178,7 @@ def test_unreachable_remote_is_502_or_answered_locally_with_fallback(http, serve
     assert r.status_code == 502 and r.json()["error"]["code"] == "remote_unavailable"
     assert "embeddings lane's remote" in r.json()["error"]["message"]
     r = http.post("/v1/chat/completions", json=chat("Say hi.", lane="summaries", max_tokens=4, model="big-model"))
-    assert r.status_code == 200 and r.json()["model"] == server.runtime.model_id("generate")  # the local model
+    assert r.status_code == 200 and r.json()["model"] == server.program.model_id("generate")  # the local model
     remote = http.get("/api/lanes").json()["lanes"]["summaries"]["remote"]
     assert remote["fallbacks"] == 1 and remote["failures"] == 1 and remote["fallback_local"] is True
 

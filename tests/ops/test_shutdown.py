@@ -19,6 +19,7 @@ import pytest
 import uvicorn
 
 from homeai.api.app import create_app
+from homeai.app import Program
 from homeai.api.shutdown import GracefulServer
 from tests.api.conftest import TIMEOUT, api_config, wait_for
 from tests.ops.conftest import LONG_ANSWER, chat, homeai_serve, integrity, sse_events
@@ -106,7 +107,7 @@ def test_sigterm_during_an_indexing_run_checkpoints_it_and_the_restart_resumes(t
 @contextlib.contextmanager
 def graceful(cfg, runner):
     """`GracefulServer` over the shared runner, in a thread; `stop()` starts its shutdown."""
-    app = create_app(cfg, runner=runner)
+    app = create_app(Program(cfg, runner=runner))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     server = GracefulServer(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5), app,
@@ -139,7 +140,8 @@ def test_drain_lets_streams_in_flight_finish_and_refuses_newcomers(tmp_path, run
             events = sse_events([*seen, *lines])
         assert events[-1] == "[DONE]" and events[-2]["choices"][0]["finish_reason"] in ("stop", "length")
         assert not any("error" in e for e in events[:-1])
-    assert runtime.engine._thread is not None and not runtime.engine._thread.is_alive()
+    engine = app.state.program.engine
+    assert engine._thread is not None and not engine._thread.is_alive()
 
 
 def test_drain_cuts_a_relayed_remote_stream_cleanly(tmp_path, runner):

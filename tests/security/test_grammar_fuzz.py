@@ -234,4 +234,4 @@ def test_the_daemon_answers_after_the_fuzz(http, server):
     response = post_json(http, "/v1/chat/completions", {"model": "homeai", "messages": MESSAGES, "max_tokens": 4})
     assert response.status_code == 200, response.text[:300]
     assert response.json()["choices"][0]["message"]["content"] is not None
-    assert server.runtime.engine.failure is None
+    assert server.program.engine.failure is None

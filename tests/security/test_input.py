@@ -16,6 +16,7 @@ from websockets.exceptions import ConnectionClosed
 
 from homeai.api import voice
 from homeai.api.app import create_app
+from homeai.app import Program
 from tests.api.conftest import api_config
 from tests.security.conftest import (
     assert_refused, event, post_json, post_raw, security_config, until, voice_socket,
@@ -258,7 +259,7 @@ def test_the_api_docs_are_off_by_default(http):
 
 
 def test_the_api_docs_can_be_turned_on(tmp_path):
-    app = create_app(api_config(tmp_path, server={"api_docs": True}))
+    app = create_app(Program(api_config(tmp_path, server={"api_docs": True})))
     client = TestClient(app, base_url="http://localhost")  # no lifespan: no model; a name the server answers to
     assert client.get("/docs").status_code == 200
     assert client.get("/redoc").status_code == 200

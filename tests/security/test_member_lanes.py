@@ -119,7 +119,7 @@ def ollama_client(server, token: str, **headers) -> ollama.Client:
 
 
 def test_ollama_another_lane_is_a_403_response_error(server, tokens):
-    model, embed_model = server.runtime.model_id("generate"), server.runtime.model_id("embed")
+    model, embed_model = server.program.model_id("generate"), server.program.model_id("embed")
     voice = ollama_client(server, tokens["bob"], **{"X-HomeAI-Lane": "voice"})
     for call in (lambda: voice.chat(model=model, messages=HI),
                  lambda: voice.generate(model=model, prompt="Hi"),
@@ -131,7 +131,7 @@ def test_ollama_another_lane_is_a_403_response_error(server, tokens):
 
 
 def test_ollama_a_voice_member_gets_voice_by_default(server, tokens):
-    reply = ollama_client(server, tokens["ha"]).chat(model=server.runtime.model_id("generate"), messages=HI,
+    reply = ollama_client(server, tokens["ha"]).chat(model=server.program.model_id("generate"), messages=HI,
                                                      options={"num_predict": 2})
     assert reply.done
 
@@ -145,7 +145,7 @@ def test_a_default_lane_the_member_may_not_use_is_a_403(cfg, server, tokens):
         return token
     token = store(cfg, stale_default)
     with pytest.raises(ollama.ResponseError) as refused:
-        ollama_client(server, token).chat(model=server.runtime.model_id("generate"), messages=HI)
+        ollama_client(server, token).chat(model=server.program.model_id("generate"), messages=HI)
     assert refused.value.status_code == 403 and "may not use lane 'voice'" in refused.value.error
 
 
@@ -224,7 +224,7 @@ def post(server, token: str, path: str, body: dict) -> httpx.Response:
 
 
 def ollama_bodies(server) -> dict[str, dict]:
-    model, embed_model = server.runtime.model_id("generate"), server.runtime.model_id("embed")
+    model, embed_model = server.program.model_id("generate"), server.program.model_id("embed")
     return {"/api/chat": {"model": model, "messages": HI, "stream": False, "options": {"num_predict": 2}},
             "/api/generate": {"model": model, "prompt": "Hi", "stream": False, "options": {"num_predict": 2}},
             "/api/embed": {"model": embed_model, "input": "Hi"},
@@ -245,7 +245,7 @@ def test_ollama_a_body_lane_the_member_may_use_is_honoured(server, tokens):
     """ha's default lane is voice; a body lane moves the request to chat, as the header does (the
     engine's count of each lane's generations since it started shows it)."""
     def served(lane: str) -> int:
-        return server.runtime.engine.state().lanes[lane].prompt_cache.requests
+        return server.program.engine.state().lanes[lane].prompt_cache.requests
 
     before = served("chat"), served("voice")
     for path in ("/api/chat", "/api/generate"):
@@ -257,10 +257,10 @@ def test_ollama_a_body_lane_the_member_may_use_is_honoured(server, tokens):
 def test_ollama_client_a_lane_in_the_model_name_is_refused_the_same_way(server, tokens):
     bob = ollama_client(server, tokens["bob"])
     with pytest.raises(ollama.ResponseError) as refused:
-        bob.chat(model=f"{server.runtime.model_id('generate')}:voice", messages=HI)
+        bob.chat(model=f"{server.program.model_id('generate')}:voice", messages=HI)
     assert refused.value.status_code == 403
     assert_names_bobs_lanes(refused.value.error)
-    assert bob.chat(model=server.runtime.model_id("generate"), messages=HI, options={"num_predict": 2}).done
+    assert bob.chat(model=server.program.model_id("generate"), messages=HI, options={"num_predict": 2}).done
 
 
 def test_household_a_body_lane_is_honoured_or_refused_as_on_v1(server, tokens):

@@ -55,7 +55,7 @@ def bearer(token: str) -> dict:
 
 
 def chat_idle(server) -> bool:
-    lane = lanes_view(server.runtime.engine.state())["lanes"]["chat"]
+    lane = lanes_view(server.program.engine.state())["lanes"]["chat"]
     return lane["running"] == 0 and lane["queued"] == 0
 
 

@@ -86,9 +86,9 @@ class Recorder:
 @pytest.fixture(scope="module")
 def recorder(server) -> Recorder:
     deadline = time.monotonic() + TIMEOUT
-    while server.runtime.engine is None and time.monotonic() < deadline:
+    while server.program.engine is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    return Recorder(server.runtime.engine)
+    return Recorder(server.program.engine)
 
 
 @pytest.fixture(scope="module")

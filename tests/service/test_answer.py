@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from homeai.api.runtime import Runtime
+from homeai.app import Program
 from homeai.service import Call, Caller, ChatAsk, Done, Failed, SamplingAsk, Service, ServiceError, Text
 from tests.conftest import small_config
 
@@ -49,18 +49,17 @@ class Faulty:
 
 @pytest.fixture
 def serving(runner):
-    """`serving(runner_)`: a Service over a started runtime (its engine stopped after the test)."""
-    runtimes = []
+    """`serving(runner_)`: the service of a started program (its engine stopped after the test)."""
+    programs = []
 
     def start(runner_=runner) -> Service:
-        runtime = Runtime(small_config(), runner_)
-        runtime.start()
-        runtimes.append(runtime)
-        return Service(runtime)
+        program = Program(small_config(), runner=runner_).start()
+        programs.append(program)
+        return program.service
 
     yield start
-    for runtime in runtimes:
-        runtime.stop()
+    for program in programs:
+        program.stop()
 
 
 def ask(question: str, **fields) -> ChatAsk:

@@ -1,4 +1,4 @@
-"""The service's one speech turn (`homeai.service.speech.Speech`) over the real speech model: why
+"""The service's one speech turn (`homeai.service.hearing.Hearing`) over the real speech model: why
 there is no model, background held while a spoken question is transcribed, and speech's errors as
 the ServiceErrors every protocol sends (the voice socket, Wyoming and transcriptions test them
 end to end).
@@ -16,7 +16,7 @@ import pytest
 
 from homeai.config import Config, SpeechConfig
 from homeai.service.errors import ServiceError
-from homeai.service.speech import Speech
+from homeai.service.hearing import Hearing
 
 
 class Engine:
@@ -46,18 +46,18 @@ def refusal(call) -> ServiceError:
 
 
 def test_no_model_says_why():
-    loading = refusal(Speech(runtime()).model)
+    loading = refusal(Hearing(runtime()).model)
     assert (loading.status, loading.code, loading.headers) == (503, "model_loading", {"Retry-After": "5"})
-    failed = refusal(Speech(runtime(engine=Engine(), stt_error="speech to text is unavailable: no model")).model)
+    failed = refusal(Hearing(runtime(engine=Engine(), stt_error="speech to text is unavailable: no model")).model)
     assert (failed.status, failed.code, failed.message) == (503, "speech_unavailable",
                                                             "speech to text is unavailable: no model")
-    assert refusal(Speech(runtime(engine=Engine())).model).code == "speech_unavailable"
+    assert refusal(Hearing(runtime(engine=Engine())).model).code == "speech_unavailable"
 
 
 @pytest.mark.parametrize("pause", [True, False])
 def test_background_is_held_while_a_question_is_transcribed_as_configured(stt, utterance, pause):
     engine = Engine()
-    speech = Speech(runtime(stt, engine=engine, pause_background=pause))
+    speech = Hearing(runtime(stt, engine=engine, pause_background=pause))
     stt_call = stt.transcribe_pcm16_async
     held = []
 
@@ -75,7 +75,7 @@ def test_background_is_held_while_a_question_is_transcribed_as_configured(stt, u
 
 
 def test_speech_errors_are_service_errors(stt, utterance):
-    speech = Speech(runtime(stt, engine=Engine()))
+    speech = Hearing(runtime(stt, engine=Engine()))
     odd = refusal(speech.transcribe(b"\x00" * 3, 16000, "en"))
     assert (odd.status, odd.code, odd.param) == (400, "invalid_audio", None)
     not_audio = refusal(speech.transcribe_file(b"not audio at all", None))
@@ -87,7 +87,7 @@ def test_speech_errors_are_service_errors(stt, utterance):
 
 
 def test_a_full_pool_is_speech_busy(stt, utterance):
-    speech = Speech(runtime(stt, engine=Engine()))
+    speech = Hearing(runtime(stt, engine=Engine()))
 
     async def flood():
         jobs = [speech.transcribe(utterance.raw_16k, 16000, "en") for _ in range(stt.max_pending + 1)]

@@ -121,6 +121,6 @@ async def poll(predicate, timeout: float = 30.0):
 
 def voice_idle(server: Server) -> bool:
     """No voice sequence running or queued, and no KV cells or sequence ids held."""
-    state = server.runtime.engine.state()
+    state = server.program.engine.state()
     voice = state.lanes["voice"]
     return voice.running == 0 and voice.queued == 0 and state.total("cells_used") == 0 and state.total("seqs_used") == 0

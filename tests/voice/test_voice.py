@@ -102,7 +102,7 @@ async def test_cancel_aborts_the_answer_and_frees_its_sequence(server, utterance
         await client.audio(utterance.raw_16k)
         await client.send(type="audio.end")
         await client.until("response.delta")
-        assert server.runtime.engine.state().lanes["voice"].running == 1
+        assert server.program.engine.state().lanes["voice"].running == 1
         await client.send(type="response.cancel")
         done = (await client.until("response.done"))[-1]
         assert done["finish_reason"] == "cancelled" and done["timings"]["ttft_ms"] is not None

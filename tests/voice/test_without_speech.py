@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.model, pytest.mark.anyio]
 @pytest.fixture(scope="module")
 def server(module_tmp, runner):
     with serve(api_config(module_tmp), runner, None) as running:
-        running.runtime.stt_error = "speech to text is unavailable: no model (test)"
+        running.program.stt_error = "speech to text is unavailable: no model (test)"
         yield running
 
 

@@ -1,4 +1,4 @@
-"""What `describe` answers, built from the runtime as it is asked (no model is loaded here): the
+"""What `describe` answers, built from what the service says as it is asked (no model is loaded here): the
 asr program as before, a tts program with the loaded voices (or the one still loading), none when
 text to speech is unavailable. The event is read back with the `wyoming` package's own `Info`.
 
@@ -14,6 +14,7 @@ from wyoming.event import Event as WyomingEvent
 from wyoming.info import Info
 
 from homeai.config import from_dict
+from homeai.service.speaking import Speaking
 from homeai.speech.base import embedded_voice
 from homeai.wyoming.info import describe, voice_languages
 
@@ -21,9 +22,11 @@ VOICE = "en_US-joe-medium"
 
 
 def runtime(*, loaded_tts=None, tts_error=None, engine=None, error=None, **sections):
-    """A runtime as `describe` reads it, over a config of `sections`."""
+    """A service as `describe` reads it (its config, its speech out over a program in that state),
+    over a config of `sections`."""
     cfg = from_dict({"wyoming": {"enabled": True}, **sections}, "(tests)")
-    return SimpleNamespace(cfg=cfg, tts=loaded_tts, tts_error=tts_error, engine=engine, error=error)
+    program = SimpleNamespace(cfg=cfg, tts=loaded_tts, tts_error=tts_error, engine=engine, error=error)
+    return SimpleNamespace(cfg=cfg, speaking=Speaking(program))
 
 
 def loaded(*paths):

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from homeai.api.runtime import Runtime
+from homeai.app import Program
 from homeai.wyoming.server import WyomingServer
 from tests.wyoming.conftest import serve, transcribe, wyoming_config
 
@@ -30,4 +30,4 @@ async def test_a_port_in_use_stops_the_start_with_a_clear_error(module_tmp):
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=f"wyoming: cannot listen on 127.0.0.1:{port}: .*in use"):
-            await WyomingServer(Runtime(wyoming_config(module_tmp, port=port))).start()
+            await WyomingServer(Program(wyoming_config(module_tmp, port=port)).service).start()

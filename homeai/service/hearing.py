@@ -1,4 +1,4 @@
-"""One speech turn: audio in, a `Transcript` out, for every protocol that hears speech.
+"""Speech in, one turn: audio in, a `Transcript` out, for every protocol that hears speech.
 
 The voice socket (`homeai.api.voice`), Wyoming (`homeai.wyoming.session`) and
 `/v1/audio/transcriptions` each take audio their own way and hand it here. A turn finds the
@@ -13,8 +13,8 @@ several times over), runs on the speech model's bounded pool, and turns speech's
     speech_busy         503  the speech model's pool is full (Retry-After 1)
     no_speech           400  nothing was heard, for a caller that needs words (`need_words`)
 
-    speech = Speech(runtime)
-    text = (await speech.transcribe(pcm, 16000, "en", need_words=True)).text
+    hearing = Hearing(program)   # the service's: `service.hearing`
+    text = (await hearing.transcribe(pcm, 16000, "en", need_words=True)).text
 """
 
 from __future__ import annotations
@@ -33,26 +33,26 @@ NOT_LOADED = "speech to text is not loaded"
 NO_SPEECH = "no speech was heard in the utterance"
 
 
-class Speech:
-    """The speech turns of one runtime (its `stt`, `stt_error`, `engine` and `cfg.speech`)."""
+class Hearing:
+    """The speech turns of one program (its `stt`, `stt_error`, `engine` and `cfg.speech`)."""
 
-    def __init__(self, runtime):
-        self.runtime = runtime
+    def __init__(self, program):
+        self.program = program
 
     def model(self) -> SpeechToText:
         """The loaded speech model, or the ServiceError saying why there is none."""
-        runtime = self.runtime
-        if runtime.stt is not None:
-            return runtime.stt
-        if runtime.stt_error:
-            raise ServiceError(503, runtime.stt_error, code="speech_unavailable")
-        if runtime.engine is None:  # speech loads with the model
+        program = self.program
+        if program.stt is not None:
+            return program.stt
+        if program.stt_error:
+            raise ServiceError(503, program.stt_error, code="speech_unavailable")
+        if program.engine is None:  # speech loads with the model
             raise ServiceError(503, LOADING, code="model_loading", headers=RETRY_SOON)
         raise ServiceError(503, NOT_LOADED, code="speech_unavailable")
 
     def max_utterance_s(self) -> float:
         """The longest utterance taken: `speech.max_utterance_s`, and the loaded model's own bound."""
-        return min(self.runtime.cfg.speech.max_utterance_s, self.model().cfg.max_utterance_s)
+        return min(self.program.cfg.speech.max_utterance_s, self.model().cfg.max_utterance_s)
 
     def end_of_speech_detector(self) -> EndOfSpeechDetector:
         """A server-side end-of-utterance detector (blocking: it loads the VAD model; call it off the loop)."""
@@ -79,8 +79,8 @@ class Speech:
         return await _mapped(self.model().transcribe_file_async(data, language), param="file")
 
     def _background_held(self):
-        engine = self.runtime.engine
-        if engine is None or not self.runtime.cfg.speech.pause_background:
+        engine = self.program.engine
+        if engine is None or not self.program.cfg.speech.pause_background:
             return contextlib.nullcontext()
         return engine.background_paused()
 

@@ -1,9 +1,10 @@
 """`homeai index PATH... [--config FILE] [--no-summaries]`: index folders now, in this process.
 
-Loads the model, starts an engine, runs the index job over PATHs (default: the config's
-`jobs.index_paths`) with a progress bar, prints what changed, and exits. Killed midway,
-the next run picks up where it stopped. Runs as `python -m homeai.jobs.cli index PATH...`
-too; `homeai/cli.py` wires `add_index_parser` into `homeai`.
+Assembles the program (`homeai.app.loaded`: the model with its embedding model, the engine, the
+store, the jobs), runs the index job over PATHs (default: the config's `jobs.index_paths`) with a
+progress bar, prints what changed, and exits. Killed midway, the next run picks up where it
+stopped. Runs as `python -m homeai.index_cli index PATH...` too; `homeai/cli.py` wires
+`add_index_parser` into `homeai`.
 """
 
 from __future__ import annotations
@@ -26,46 +27,35 @@ def add_index_parser(subparsers) -> argparse.ArgumentParser:
 def cmd_index(cfg: config_mod.Config, args) -> int:
     from tqdm import tqdm
 
-    from homeai.engine.engine import create_engine
-    from homeai.llama import Runner
+    from homeai.app import loaded
     from homeai.jobs.runs import JobBusy
-    from homeai.jobs.service import JobService
-    from homeai.models import embedding_model, generation_model
-    from homeai.store import db
 
     if not (args.paths or cfg.jobs.index_paths):
         print("homeai: nothing to index: name folders, or set jobs.index_paths in the config", file=sys.stderr)
         return 2
-    db.migrate(cfg.database_url)
-    store = db.make_engine(cfg.database_url)
-    runner = Runner(cfg.model, generation_model(cfg), embedding_model(cfg))
-    engine = create_engine(cfg, runner).start()
-    bar = tqdm(unit="doc", dynamic_ncols=True, file=sys.stderr)
+    with loaded(cfg, embeddings=True, store=True) as program:
+        bar = tqdm(unit="doc", dynamic_ncols=True, file=sys.stderr)
 
-    def show(progress) -> None:
-        if progress.current:
-            bar.set_postfix_str(_short(progress.current), refresh=False)
-        if bar.total != progress.total:
-            bar.total = progress.total
-            bar.refresh()
-        bar.update(progress.done - bar.n)  # redraws at most every tqdm.mininterval
+        def show(progress) -> None:
+            if progress.current:
+                bar.set_postfix_str(_short(progress.current), refresh=False)
+            if bar.total != progress.total:
+                bar.total = progress.total
+                bar.refresh()
+            bar.update(progress.done - bar.n)  # redraws at most every tqdm.mininterval
 
-    try:
-        service = JobService(cfg, engine, db.make_sessionmaker(store))
-        run_id = service.run("index", paths=args.paths or None,
-                             summarise=False if args.no_summaries else None, on_progress=show)
-    except JobBusy as e:
-        print(f"homeai: the index job is {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("homeai: interrupted; run it again to carry on where it stopped", file=sys.stderr)
-        return 130
-    finally:
-        bar.close()
-        engine.stop()
-        runner.close()
-    run = service.run_info(run_id)
-    store.dispose()
+        try:
+            run_id = program.jobs.run("index", paths=args.paths or None,
+                                      summarise=False if args.no_summaries else None, on_progress=show)
+        except JobBusy as e:
+            print(f"homeai: the index job is {e}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print("homeai: interrupted; run it again to carry on where it stopped", file=sys.stderr)
+            return 130
+        finally:
+            bar.close()
+        run = program.jobs.run_info(run_id)
     for error in run["errors"]:
         print(f"  {error['item']}: {error['error']}", file=sys.stderr)
     print(f"index run {run['id']}: {run['status']}, {run['items_done']}/{run['items_total']} items, "
