@@ -1,7 +1,7 @@
 """WebSocket `/v1/voice`: a spoken question in, the answer streamed out, on the voice lane.
 
-JSON text frames and binary audio frames (PCM16 little-endian mono); the README's "Voice"
-section is the protocol's reference. In short:
+JSON text frames and binary audio frames (PCM16 little-endian mono); docs/voice.md ("The voice
+socket") is the protocol's reference. In short:
 
     client: {"type": "session.start", "sample_rate": 16000, "language"?, "vad"?, "conversation_id"?, "token"?,
              "tools"?, "speak"?, "voice"?}

@@ -13,12 +13,15 @@ def chat(runner, text: str) -> list[int]:
     return runner.tokenize(runner.apply_chat_template([{"role": "user", "content": text}]))
 
 
+ANSWER = 96  # alice's answers: long enough that her first still runs while bob's chat is let in and read
+
+
 def test_a_members_chat_goes_before_another_members_queued_flood(runner, make_engine):
     # Two sequence ids per cache: a chat goes in whichever of its two caches has room (the interactive
     # one, then the main one: issue 54), so alice's readers fill all four before her first answer ends.
     engine = make_engine(num_seqs=2)
     flood = [engine.submit(chat(runner, f"Tell me a long story about lighthouse number {i}."), lane="chat",
-                           member="alice", params=SamplingParams(temperature=0.8, seed=i, max_tokens=48,
+                           member="alice", params=SamplingParams(temperature=0.8, seed=i, max_tokens=ANSWER,
                                                                  ignore_eos=True))
              for i in range(10)]
     deadline = time.monotonic() + 120
@@ -45,5 +48,5 @@ def test_a_members_chat_goes_before_another_members_queued_flood(runner, make_en
     assert preempted, "alice's newest answer gave way for bob's"
     for s in flood:  # every answer whole: none lost or repeated across the preemption
         streamed = [e.token for e in alice_events[s.request_id] if hasattr(e, "token")]
-        assert s.finished.reason == "length" and streamed == s.request.output_tokens and len(streamed) == 48
+        assert s.finished.reason == "length" and streamed == s.request.output_tokens and len(streamed) == ANSWER
     assert [e.token for e in bob_events if hasattr(e, "token")] == bob.request.output_tokens
