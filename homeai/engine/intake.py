@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from homeai.engine.errors import EngineStopped, InvalidRequest, PromptTooLong
 from homeai.engine.stream import FinishEvent, RequestStream
-from homeai.engine.template import ChatPrompt, PromptTokens
+from homeai.engine.prompt import ChatPrompt, PromptTokens
 from homeai.sched.request import Kind, Request, SamplingParams
 from homeai.sched.scheduler import QueueFull, UnknownLane
 

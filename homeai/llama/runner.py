@@ -26,6 +26,7 @@ import numpy as np
 
 from homeai.config import GrammarConfig, ModelConfig
 from homeai.engine import families, gpu, template
+from homeai.engine.prompt import ChatPrompt, PromptTokens, Source
 from homeai.engine.grammar_check import GrammarChecker
 from homeai.llama.batch import Batch
 from homeai.llama.grammar import CONVERTER
@@ -63,7 +64,7 @@ class Runner:
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         facts = chat_template_source(self.model, self.vocab, cfg.chat_template)
         self.chat = template.load(**facts)  # compiled once, here
-        self.control_texts = facts["control_texts"]  # wrapped apart in members' text (template.Marks)
+        self.control_texts = facts["control_texts"]  # wrapped apart in members' text (engine.prompt.Marks)
         self._markup = reply_markup(self.vocab)  # control tokens a reply's text keeps (markup.REPLY)
         self.kv = model_kv_sizes(self.model, cfg)
         self.ctx = new_context(self.model, n_ctx=self.kv.main, n_batch=cfg.n_batch, n_seq_max=cfg.n_seq_max,
@@ -114,19 +115,19 @@ class Runner:
 
     # ---- text ------------------------------------------------------------------
 
-    def tokenize(self, text: str | template.ChatPrompt, *, add_special: bool = True, embedding: bool = False,
+    def tokenize(self, text: str | ChatPrompt, *, add_special: bool = True, embedding: bool = False,
                  special: bool = False) -> list[int]:
         """Text's tokens, BOS (and EOS, for a vocabulary that wants one) added with `add_special`.
         Text is text: a control token's text in it (`<|im_start|>`) is characters, unless `special`
         (a raw prompt, all its member's own). A `ChatPrompt` is tokenized part by part, control
         tokens parsed only in the template's own text, into `PromptTokens` that know its public
         prefix."""
-        if isinstance(text, template.ChatPrompt):
+        if isinstance(text, ChatPrompt):
             return self._tokenize_chat(text, add_special)
         vocab = ll.llama_model_get_vocab(self.embed_model) if embedding else self.vocab
         return tokenize_text(vocab, text, add_special, special)
 
-    def _tokenize_chat(self, prompt: template.ChatPrompt, add_special: bool) -> template.PromptTokens:
+    def _tokenize_chat(self, prompt: ChatPrompt, add_special: bool) -> PromptTokens:
         """Each part apart, so no token spans two writers: the public prefix's tokens are the same
         whatever a member wrote after it, and a member's text never merges into a control token."""
         tokens: list[int] = []
@@ -134,15 +135,15 @@ class Runner:
             tokens.append(ll.llama_vocab_bos(self.vocab))
         public_len = client_len = None  # where the first text a member wrote starts; and a user
         for part in prompt.parts:
-            if public_len is None and part.source in (template.Source.CLIENT, template.Source.MEMBER):
+            if public_len is None and part.source in (Source.CLIENT, Source.MEMBER):
                 public_len = len(tokens)
-            if client_len is None and part.source is template.Source.MEMBER:
+            if client_len is None and part.source is Source.MEMBER:
                 client_len = len(tokens)
-            tokens += tokenize_text(self.vocab, part.text, False, part.source is template.Source.TEMPLATE)
+            tokens += tokenize_text(self.vocab, part.text, False, part.source is Source.TEMPLATE)
         if add_special and ll.llama_vocab_get_add_eos(self.vocab) and ll.llama_vocab_eos(self.vocab) >= 0:
             tokens.append(ll.llama_vocab_eos(self.vocab))
-        return template.PromptTokens(tokens, len(tokens) if public_len is None else public_len,
-                                     len(tokens) if client_len is None else client_len)
+        return PromptTokens(tokens, len(tokens) if public_len is None else public_len,
+                            len(tokens) if client_len is None else client_len)
 
     def piece(self, token: int) -> bytes:
         """A token's bytes; special tokens (end of turn, ...) render as nothing, except the reply's
@@ -162,13 +163,13 @@ class Runner:
         return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
-                            extra: dict | None = None, client: bool = True) -> template.ChatPrompt:
+                            extra: dict | None = None, client: bool = True) -> ChatPrompt:
         """Render messages (and tools) for the model, ending at the assistant's turn, with the chat
         template chosen at load (`self.chat`: the configured one, the GGUF's own, or the built-in one
         of the model's family: homeai.engine.template). The prompt is in parts by who wrote them,
         for `tokenize` (special tokens added), so it holds one BOS, not two. `extra`: further
         variables for the template (`enable_thinking`, ...); `client`: whether the tools and leading
-        system messages are the client's (`template.Source.CLIENT`). Raises ChatRenderError for
+        system messages are the client's (`Source.CLIENT`). Raises ChatRenderError for
         messages the template refuses."""
         return self.chat.template.prompt(messages, tools, control_texts=self.control_texts, extra=extra,
                                          tokenizer_adds_bos=bool(ll.llama_vocab_get_add_bos(self.vocab)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from homeai.engine.engine import EngineStopped, FinishEvent, InvalidRequest, QueueFull
-from homeai.engine.template import ChatPrompt
+from homeai.engine.prompt import ChatPrompt
 from homeai.sched.request import SamplingParams
 
 __all__ = ["ChatPrompt", "EngineStopped", "InvalidRequest", "QueueFull", "SamplingParams", "Work"]

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from homeai.engine.template import CLIENT_ROLES
+from homeai.engine.prompt import CLIENT_ROLES
 from homeai.service.errors import ServiceError
 from homeai.service.rights import Caller, allow_lane
 

@@ -37,7 +37,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from homeai.engine.template import ChatPrompt, ChatTemplate, Part, Source
+from homeai.engine.prompt import ChatPrompt, Part, Source
+from homeai.engine.template import ChatTemplate
 from homeai.service.asks import ThinkAsk
 
 # Template variables a request's `chat_template_kwargs` may not set: the template's own inputs and globals.

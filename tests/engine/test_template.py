@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from homeai.engine.template import ChatRenderError, ChatTemplate, Marks, Source, TemplateCompileError, choose
+from homeai.engine.prompt import Marks, Source
+from homeai.engine.template import ChatRenderError, ChatTemplate, TemplateCompileError, choose
 from lanes.base import ServerText
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from homeai.engine.template import ChatPrompt, ChatTemplate, Part, Source
+from homeai.engine.prompt import ChatPrompt, Part, Source
+from homeai.engine.template import ChatTemplate
 from homeai.service import speaking, thinking
 from homeai.service.asks import ThinkAsk
 
