@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from homeai.engine.engine import FinishEvent, RequestStream, TokenEvent
 from homeai.engine.stats import RequestStats
 from homeai.service.errors import ServiceError, generation_failed, shutting_down
-from homeai.service.thinking import Splitter
+from homeai.service.thoughts import Splitter
 from homeai.tools import Reply, ToolCall, ToolPlan
 
 

@@ -14,7 +14,7 @@ from homeai.config import GrammarConfig
 from homeai.engine.engine import PromptTooLong
 from homeai.engine.grammar_check import GrammarBusy
 from homeai.sched.request import Grammar
-from homeai.service import thinking
+from homeai.service import thinking, thoughts
 from homeai.service.asks import ThinkAsk
 from homeai.service.errors import ServiceError
 from lanes import chat as chat_lane
@@ -65,7 +65,7 @@ class Prompter:
         prompt = self.runner.apply_chat_template(messages, tool_list, extra=self.extra, client=self.client)
         return thinking.closed(prompt, self.form, self.think)
 
-    def splitter(self) -> thinking.Splitter | None:
+    def splitter(self) -> thoughts.Splitter | None:
         """The reply's thought splitter, once the prompt is rendered."""
         return thinking.splitter(self.form, opened=self.opened)
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
 
 from homeai.service.errors import RETRY_SOON, ServiceError
-from homeai.service import thinking
+from homeai.service import thinking, thoughts
 from homeai.speech.base import SpeechError, SpeechModelError, SynthesisBusy, SynthesisOverCap, resolve_voice
 from homeai.speech.sentences import Sentences, speakable
 
@@ -214,7 +214,7 @@ class Cutter:
 
     def __init__(self):
         self.sentences = Sentences(first_clause=FIRST_CLAUSE)
-        self.thought = thinking.TagSplitter("<think>", "</think>")  # never said
+        self.thought = thoughts.TagSplitter("<think>", "</think>")  # never said
 
     def feed(self, piece: str) -> list[str]:
         return self.sentences.feed(self.thought.feed(piece)[1])

@@ -15,7 +15,7 @@ import pytest
 
 from homeai.engine.prompt import ChatPrompt, Part, Source
 from homeai.engine.template import ChatTemplate
-from homeai.service import speaking, thinking
+from homeai.service import speaking, thinking, thoughts
 from homeai.service.asks import ThinkAsk
 
 TEMPLATES = Path(__file__).parents[1] / "engine" / "templates"
@@ -55,7 +55,7 @@ def pieces(text: str, seed: int) -> list[str]:
     return out
 
 
-def split(splitter: thinking.Splitter, parts: list[str]) -> tuple[str, str]:
+def split(splitter: thoughts.Splitter, parts: list[str]) -> tuple[str, str]:
     thought, content = [], []
     for part in parts:
         t, c = splitter.feed(part)
@@ -66,14 +66,14 @@ def split(splitter: thinking.Splitter, parts: list[str]) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("make, case", [
-    (lambda: thinking.TagSplitter("<think>", "</think>"), QWEN3),
-    (lambda: thinking.TagSplitter("<think>", "</think>", thinking=True), R1),
-    (lambda: thinking.TagSplitter("[THINK]", "[/THINK]"), MAGISTRAL),
-    (lambda: thinking.TagSplitter("<think>", "</think>", answer_tags=("<response>", "</response>")), GRANITE),
-    (thinking.HarmonySplitter, HARMONY_FINAL),
-    (thinking.HarmonySplitter, HARMONY_CALL),
-    (thinking.HarmonySplitter, HARMONY_CALL_B),
-    (thinking.HarmonySplitter, HARMONY_PREAMBLE),
+    (lambda: thoughts.TagSplitter("<think>", "</think>"), QWEN3),
+    (lambda: thoughts.TagSplitter("<think>", "</think>", thinking=True), R1),
+    (lambda: thoughts.TagSplitter("[THINK]", "[/THINK]"), MAGISTRAL),
+    (lambda: thoughts.TagSplitter("<think>", "</think>", answer_tags=("<response>", "</response>")), GRANITE),
+    (thoughts.HarmonySplitter, HARMONY_FINAL),
+    (thoughts.HarmonySplitter, HARMONY_CALL),
+    (thoughts.HarmonySplitter, HARMONY_CALL_B),
+    (thoughts.HarmonySplitter, HARMONY_PREAMBLE),
 ], ids=["qwen3", "r1-distill", "magistral", "granite", "harmony-final", "harmony-call", "harmony-call-header",
         "harmony-preamble"])
 def test_a_reply_splits_the_same_however_it_is_cut(make, case):
@@ -86,24 +86,24 @@ def test_a_reply_splits_the_same_however_it_is_cut(make, case):
 
 def test_thoughts_are_taken_only_where_the_reply_starts():
     said = "Tags like <think> are how models mark thoughts."
-    assert split(thinking.TagSplitter("<think>", "</think>"), pieces(said, 1)) == ("", said)
+    assert split(thoughts.TagSplitter("<think>", "</think>"), pieces(said, 1)) == ("", said)
     # a reply that stops mid-thought (its length reached) is all thought
     cut_short = ["<think>\nHmm, let me", " see  "]
-    assert split(thinking.TagSplitter("<think>", "</think>"), cut_short) == ("Hmm, let me see", "")
+    assert split(thoughts.TagSplitter("<think>", "</think>"), cut_short) == ("Hmm, let me see", "")
     # the prompt opened the thought and the model wrote the tag again
-    assert split(thinking.TagSplitter("<think>", "</think>", thinking=True), ["<think>\nA.</think>B"]) == ("A.", "B")
+    assert split(thoughts.TagSplitter("<think>", "</think>", thinking=True), ["<think>\nA.</think>B"]) == ("A.", "B")
 
 
 def test_a_harmony_reply_without_headers_is_content():
-    assert split(thinking.HarmonySplitter(), pieces("Just an answer.", 3)) == ("", "Just an answer.")
+    assert split(thoughts.HarmonySplitter(), pieces("Just an answer.", 3)) == ("", "Just an answer.")
     long = "x" * 400 + "<|message|>y"
-    assert split(thinking.HarmonySplitter(), pieces(long, 5)) == ("", long)
+    assert split(thoughts.HarmonySplitter(), pieces(long, 5)) == ("", long)
 
 
 def test_a_harmony_call_closed_with_end_keeps_its_end_for_the_tool_parser():
     text = CALL + "<|end|><|start|>assistant<|channel|>final<|message|>Done."
     for seed in range(10):
-        assert split(thinking.HarmonySplitter(), pieces(text, seed)) == ("", CALL + "<|end|>Done.")
+        assert split(thoughts.HarmonySplitter(), pieces(text, seed)) == ("", CALL + "<|end|>Done.")
 
 
 def test_spoken_text_leaves_a_thought_out():
@@ -182,10 +182,10 @@ def test_chat_template_kwargs_are_checked():
 
 
 @pytest.mark.parametrize("make, alphabet", [
-    (lambda: thinking.TagSplitter("<think>", "</think>"), ["<think>", "</think>", "<", "</th", "a", " ", "\n"]),
-    (lambda: thinking.TagSplitter("<think>", "</think>", thinking=True, answer_tags=("<response>", "</response>")),
+    (lambda: thoughts.TagSplitter("<think>", "</think>"), ["<think>", "</think>", "<", "</th", "a", " ", "\n"]),
+    (lambda: thoughts.TagSplitter("<think>", "</think>", thinking=True, answer_tags=("<response>", "</response>")),
      ["<think>", "</think>", "<response>", "</response>", "<re", "b", " "]),
-    (thinking.HarmonySplitter, ["<|start|>assistant", "<|channel|>", "analysis", "final", "commentary",
+    (thoughts.HarmonySplitter, ["<|start|>assistant", "<|channel|>", "analysis", "final", "commentary",
                                 " to=functions.f", "<|message|>", "<|end|>", "<|", "x", " "]),
 ], ids=["tags", "opened-granite", "harmony"])
 def test_any_text_splits_the_same_however_it_is_cut(make, alphabet):
@@ -206,7 +206,7 @@ def test_gpt_oss_always_thinks_at_the_effort_asked():
                         (ThinkAsk(on=False), "low"), (ThinkAsk(on=True, effort="minimal"), "low")):
         rendered = oss.render(HI, extra=thinking.variables(form, ask))
         assert f"Reasoning: {effort}\n" in rendered and rendered.endswith("<|start|>assistant"), ask
-    assert isinstance(thinking.splitter(form), thinking.HarmonySplitter)
+    assert isinstance(thinking.splitter(form), thoughts.HarmonySplitter)
 
 
 CALLED = [{"role": "user", "content": "Turn on the kitchen light."},

@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from homeai.service.thinking import HarmonySplitter
+from homeai.service.thoughts import HarmonySplitter
 from homeai.tools.formats import Harmony
 from tests.tools.replies import DIM, plan_for
 
