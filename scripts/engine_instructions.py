@@ -62,7 +62,8 @@ from homeai.llama import runner as runner_mod
 from homeai.engine import engine as engine_mod
 from homeai.engine.engine import Engine, create_engine
 from homeai.engine.intake import _last
-from homeai.llama import Runner
+from homeai.app import load_runner
+from homeai.llama import Runner  # for its type
 from homeai.sched.plan import ScheduledItem, StepPlan, StepResult
 from homeai.sched.pools import Pool
 from homeai.sched.request import Kind, Sample, SamplingParams
@@ -98,7 +99,7 @@ def main() -> None:
         fake_engine(args.seqs, args.tokens)
         return
     cfg = from_dict({"model": {"path": str(args.model), "n_threads": 1}})
-    runner = Runner(cfg.model, args.model)
+    runner = load_runner(cfg, embeddings=False, grammar=False)
     prompts = _prompts(runner, args.seqs)
     if args.side == "collect":
         collect_only(runner, prompts, args.tokens)

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from homeai.config import from_dict
-from homeai.llama import Runner
+from homeai.app import load_runner
+from homeai.llama import Runner  # for its type
 from homeai.sched.pools import Pool
 
 
@@ -72,7 +73,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     cfg = from_dict({"model": {"path": str(args.model), "n_threads": args.threads}})
-    runner = Runner(cfg.model, args.model)
+    runner = load_runner(cfg, embeddings=False, grammar=False)
     prompt = runner.tokenize("Tell me a story about a dragon.")
     print("| work (us) | raw ms/step | serial ms/step | helper ms/step | serial / raw | helper / raw |")
     print("|---:|---:|---:|---:|---:|---:|")

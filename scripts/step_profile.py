@@ -26,6 +26,7 @@ from pathlib import Path
 
 from homeai.bench.engine_bench import _engine_run, _prompts
 from homeai.bench.raw_loop import raw_batched_decode
+from homeai.app import load_runner
 from homeai.config import from_dict
 from homeai.engine import engine as engine_mod
 from homeai.llama import runner as runner_mod, sampling
@@ -137,7 +138,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = from_dict({"model": {"path": str(args.model), "n_threads": args.threads, "n_ctx": 8192,
                                "interactive_n_ctx": 0, "n_seq_max": 32}})
-    runner = runner_mod.Runner(cfg.model, args.model)
+    runner = load_runner(cfg, embeddings=False, grammar=False)
     engine = create_engine(cfg, runner).start()
     timers = Timers()
     timers.thread = engine._thread

@@ -8,11 +8,11 @@ printed as it comes (the box is shared), then medians and ratios to all cores.
 import argparse, os, random, statistics, subprocess
 import llama_cpp as ll
 from tests.conftest import small_config
-from homeai.llama import Runner
+from homeai.app import load_runner
+from homeai.llama import Runner  # its core following, traced below
 from homeai.engine.engine import Engine
 from homeai.sched.scheduler import SchedulerLimits
 from homeai.sched.request import SamplingParams
-from homeai.models import generation_model
 from lanes import DEFAULT_POLICIES
 
 ap = argparse.ArgumentParser()
@@ -23,7 +23,7 @@ cores = os.cpu_count()
 SETTINGS = [(cores, cores), (max(cores - 1, 1), max(cores - 1, 1)), "watch"]  # watch: n_threads 0, the new default
 
 cfg = small_config(n_threads=cores, n_ctx=4096, interactive_n_ctx=4096, n_batch=512)
-r = Runner(cfg.model, generation_model(cfg))
+r = load_runner(cfg, embeddings=False, grammar=False)
 m = r.cfg
 e = Engine(r, dict(DEFAULT_POLICIES), SchedulerLimits(num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
            embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max, interactive_cells=m.interactive_n_ctx)).start()

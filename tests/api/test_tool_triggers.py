@@ -22,15 +22,14 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = r'''
 import random
 import llama_cpp as ll
-from homeai.llama import Runner
+from homeai.app import load_runner
 from homeai.llama.sampling import grammar_sampler
-from homeai.models import generation_model
 from tests.conftest import small_config
 from tests.tools.replies import plan_for
 from tests.tools.test_grammars import CALLS, FORMS, IDS, written
 
 cfg = small_config(n_ctx=256, n_seq_max=1, n_threads=1)
-runner = Runner(cfg.model, generation_model(cfg))
+runner = load_runner(cfg, embeddings=False, grammar=False)
 tokens = lambda text: runner.tokenize(text, add_special=False)
 
 # Replies a small model writes: an example call after some text, a call's opener inside text,

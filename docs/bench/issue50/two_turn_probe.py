@@ -5,15 +5,14 @@ conversation (Gemma's own turn format as a raw prompt); the first-token log-prob
 turn 2: cache off (alone), cache on (turn 1's cells reused), and, for the batch noise, the same
 prompt beside others and read in smaller chunks. Output: docs/bench/issue50/cache-probe.md."""
 import numpy as np
-from pathlib import Path
 from tests.conftest import small_config, gemma_gguf
-from homeai.llama import Runner
+from homeai.app import load_runner
 from homeai.sched.request import Request, SamplingParams
-from tests.engine.test_prefix_reuse import Driver, greedy, forced
+from tests.engine.test_prefix_reuse import Driver, forced
 from tests.engine.test_batching import kl, log_softmax, batched_run, QUESTIONS
 
 cfg = small_config(path=gemma_gguf())
-runner = Runner(cfg.model, Path(cfg.model.path))
+runner = load_runner(cfg, embeddings=False, grammar=False)
 tok = lambda text: runner.tokenize(text, special=True)
 T1 = "<start_of_turn>user\nName three fruits.<end_of_turn>\n<start_of_turn>model\n"
 
