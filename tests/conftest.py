@@ -1,5 +1,6 @@
 """Shared fixtures: one loaded SmolLM2 model per test session, and engines over it; one loaded piper
-voice (`tts`) and one speech model to hear it back (`stt`), with `heard_share` for what was heard."""
+voice (`tts`) and one speech model (`stt`, tiny.en) for every test that speaks or listens, with
+`heard_share` for what was heard; a temporary folder per module (`module_tmp`)."""
 
 from __future__ import annotations
 
@@ -48,11 +49,9 @@ def gemma_gguf() -> str:
 def gemma_runner():
     """One loaded Gemma 3 270M per test session: the second family (sliding-window attention, a
     262k vocabulary, no chat template in its GGUF)."""
-    from homeai.llama import Runner
-    from pathlib import Path
+    from homeai.app import load_runner
 
-    cfg = small_config(path=gemma_gguf())
-    loaded = Runner(cfg.model, Path(cfg.model.path))
+    loaded = load_runner(small_config(path=gemma_gguf()), embeddings=False, grammar=False)
     yield loaded
     loaded.close()
 
@@ -93,6 +92,17 @@ def _engines(runner):
         engine.stop()
 
 
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory, request):
+    """A folder for the module's daemon (its database, its files)."""
+    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
 @pytest.fixture(scope="session")
 def tts():
     """The embedded piper voice (en_US-joe-medium), loaded once for every test that speaks."""
@@ -106,7 +116,7 @@ def tts():
 
 @pytest.fixture(scope="session")
 def stt():
-    """The embedded tiny.en, to hear back what homeai says (tests/speech and tests/voice load their own)."""
+    """The embedded tiny.en, loaded once: what the daemons hear with, and what hears back what homeai says."""
     from homeai.config import SpeechConfig
     from homeai.speech.stt import SpeechToText
 

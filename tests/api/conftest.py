@@ -1,7 +1,8 @@
 """A real homeai server on a free loopback port, over the session's one loaded model.
 
 Only one engine may drive the runner at a time, so each test module starts at most one
-server (module-scoped) and stops it, joined, before the next module's starts.
+server (module-scoped) and stops it, joined, before the next module's starts. `cfg`, `server`,
+`client` and `http` are the defaults; a module overrides the ones it needs otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 import httpx
+import openai
 import pytest
 import uvicorn
 
@@ -76,13 +78,43 @@ def serve(cfg, runner=None, **app_kwargs):
 
 
 @pytest.fixture(scope="module")
-def module_tmp(tmp_path_factory, request):
-    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+def cfg(module_tmp):
+    """The module's config: the defaults over a SQLite file of its own. A module that needs other
+    settings defines its own `cfg` (and `server` and `client` follow it)."""
+    return api_config(module_tmp)
+
+
+@pytest.fixture(scope="module")
+def server(cfg, runner):
+    """The module's daemon over the session's model (a module defines its own for another runner or
+    speech models)."""
+    with serve(cfg, runner) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def client(cfg, server):
+    """alice's `openai` client of the module's server."""
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=add_token(cfg, "alice"), timeout=TIMEOUT,
+                       max_retries=0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def sized_runner():
+    """A runner with the default cache sizes (from the model: 8,192 cells, so Open WebUI's 6,600-token
+    preamble fits the interactive cache), beside the session's small one."""
+    from homeai.app import load_runner
+    from tests.conftest import small_config
+
+    loaded = load_runner(small_config(n_ctx=0, interactive_n_ctx=-1), embeddings=False, grammar=False)
+    yield loaded
+    loaded.close()
 
 
 @pytest.fixture(scope="module")
 def http(server):
-    """A client of the module's `server` fixture (each module defines it, with its config)."""
+    """A plain HTTP client of the module's `server`."""
     with httpx.Client(base_url=server.url, timeout=TIMEOUT) as client:
         yield client
 

@@ -11,7 +11,7 @@ import pytest
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import revoke
 from homeai.store.stats import recent_requests
-from tests.api.conftest import TIMEOUT, add_token, api_config, serve, wait_for
+from tests.api.conftest import TIMEOUT, add_token, api_config, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -22,12 +22,6 @@ HI = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     return api_config(module_tmp, auth={"required": True}, server={"cors_origins": [KITCHEN]})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

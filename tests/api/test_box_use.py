@@ -20,7 +20,7 @@ import pytest
 from homeai.engine.usage import HourlyTokens
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import add_member
-from tests.api.conftest import TIMEOUT, api_config, lanes, serve, wait_for
+from tests.api.conftest import TIMEOUT, api_config, lanes, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -33,12 +33,6 @@ ROW_KEYS = {"key", "member", "user", "running", "waiting", "tokens_hour", "cells
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     return api_config(module_tmp, auth={"required": True}, clients={"model_alias": "home"})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

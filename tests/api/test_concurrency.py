@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import TIMEOUT, api_config, kv, lanes, serve, wait_for
+from tests.api.conftest import TIMEOUT, kv, lanes, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -34,12 +34,6 @@ TOP = 5
 # a total of < 0.08. Another prompt's distribution is 0.7 to 1.3 away.
 MAX_DISTANCE = 0.2
 CLEAR_GAP = 1.0  # nats between the first and second token for "the top token must agree"
-
-
-@pytest.fixture(scope="module")
-def server(module_tmp, runner):
-    with serve(api_config(module_tmp), runner) as running:
-        yield running
 
 
 def first_token_logprobs(base_url: str, question: str) -> tuple[dict[str, float], str]:

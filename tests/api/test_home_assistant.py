@@ -23,7 +23,6 @@ import ollama
 import pytest
 
 from homeai.bench.assistant_bench import TOOLS, chat_kwargs, system_prompt, tool_results
-from homeai.config import SpeechConfig
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import add_member
 from tests.api.conftest import TIMEOUT, api_config, lanes, wait_for
@@ -36,15 +35,6 @@ pytestmark = pytest.mark.model
 TURNS = [("turn on the kitchen lights", ("kitchen", "light")),
          ("turn off the lamp in the bedroom", ("lamp", "bedroom", "off"))]
 SYSTEM = system_prompt(40, datetime(2026, 12, 1, 7, 30))
-
-
-@pytest.fixture(scope="module")
-def stt():
-    from homeai.speech.stt import SpeechToText
-
-    model = SpeechToText(SpeechConfig())
-    yield model
-    model.close()
 
 
 @pytest.fixture(scope="module")

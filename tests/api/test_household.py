@@ -12,7 +12,7 @@ import json
 import httpx
 import pytest
 
-from tests.api.conftest import TIMEOUT, add_token, api_config, kv, serve, wait_for
+from tests.api.conftest import TIMEOUT, add_token, api_config, kv, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -24,12 +24,6 @@ LONG = {"content": "Count from 1 to 1000, one number per line.", "max_tokens": 3
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     return api_config(module_tmp, auth={"required": True})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

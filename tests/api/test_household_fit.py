@@ -16,7 +16,7 @@ from homeai.store.conversations import add_message, create_conversation
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import DEFAULT_MEMBER
 from homeai.store.models import Member
-from tests.api.conftest import TIMEOUT, api_config, serve
+from tests.api.conftest import TIMEOUT, api_config
 
 pytestmark = pytest.mark.model
 
@@ -26,12 +26,6 @@ MAX_MESSAGES = 4
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     return api_config(module_tmp, server={"max_messages": MAX_MESSAGES})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 def conversation_of(cfg, num_messages: int) -> int:

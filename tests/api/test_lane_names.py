@@ -24,7 +24,7 @@ import pytest
 
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import add_member
-from tests.api.conftest import TIMEOUT, api_config, lanes, serve
+from tests.api.conftest import TIMEOUT, api_config, lanes
 
 pytestmark = pytest.mark.model
 
@@ -51,12 +51,6 @@ def tokens(cfg, server) -> dict[str, str]:
                     "kid": add_member(s, name="kid", lanes=["chat"])[1]}
     finally:
         engine.dispose()
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 def oai(server, token: str, **headers) -> openai.OpenAI:

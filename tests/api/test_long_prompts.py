@@ -14,7 +14,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from tests.api.conftest import TIMEOUT, add_token, api_config, kv, serve
+from tests.api.conftest import kv, serve
 from tests.conftest import small_config
 
 pytestmark = pytest.mark.model
@@ -36,21 +36,9 @@ def small_interactive_runner():
 
 
 @pytest.fixture(scope="module")
-def cfg(module_tmp):
-    return api_config(module_tmp)
-
-
-@pytest.fixture(scope="module")
 def server(cfg, small_interactive_runner):
     with serve(cfg, small_interactive_runner) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def client(cfg, server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=add_token(cfg, "alice"), timeout=TIMEOUT,
-                       max_retries=0) as c:
-        yield c
 
 
 def ask(text: str) -> list[dict]:

@@ -20,7 +20,7 @@ import pytest
 
 from homeai.store.db import make_engine, make_sessionmaker
 from homeai.store.members import add_member
-from tests.api.conftest import TIMEOUT, add_token, api_config, lanes, serve, wait_for
+from tests.api.conftest import TIMEOUT, add_token, api_config, lanes, wait_for
 
 pytestmark = pytest.mark.model
 
@@ -32,12 +32,6 @@ DURATIONS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_du
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     return api_config(module_tmp, auth={"required": True}, lanes={"summaries": {"max_queue": 1}})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -23,18 +23,12 @@ import ollama
 import openai
 import pytest
 
-from tests.api.conftest import TIMEOUT, api_config, lanes, serve
+from tests.api.conftest import TIMEOUT, lanes
 
 pytestmark = pytest.mark.model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "open_webui"
 SHORT = {"num_predict": 4, "temperature": 0}
-
-
-@pytest.fixture(scope="module")
-def server(module_tmp, runner):
-    with serve(api_config(module_tmp), runner) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import TIMEOUT, add_token, api_config, lanes, serve
+from tests.api.conftest import api_config, lanes
 
 pytestmark = pytest.mark.model
 
@@ -25,19 +24,6 @@ def cfg(module_tmp):
     # compared here (whole and streamed, with and without a stop) take the same numeric path: a
     # prompt read after a cached prefix differs in the last bits of its logits.
     return api_config(module_tmp, scheduler={"prompt_cache": False})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(cfg, server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=add_token(cfg, "alice"), timeout=TIMEOUT,
-                       max_retries=0) as c:
-        yield c
 
 
 def sse_lines(http, path: str, body: dict) -> list[dict | str]:

@@ -3,34 +3,14 @@
 
 from __future__ import annotations
 
-import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.api.conftest import TIMEOUT, add_token, api_config, serve
 
 pytestmark = pytest.mark.model
 
 SYSTEM = {"role": "system", "content": "You help a household. Devices: " +
           ", ".join(f"{room} lamp {k}" for room in ("kitchen", "hall", "study") for k in range(8)) + "."}
-
-
-@pytest.fixture(scope="module")
-def cfg(module_tmp):
-    return api_config(module_tmp)
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(cfg, server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=add_token(cfg, "alice"), timeout=TIMEOUT,
-                       max_retries=0) as c:
-        yield c
 
 
 def test_a_conversations_next_turn_reads_only_its_new_tokens(client, http):

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from homeai.engine import template
-from tests.api.conftest import TIMEOUT, add_token, api_config, serve
+from tests.api.conftest import TIMEOUT, add_token, api_config
 
 pytestmark = pytest.mark.model
 
@@ -50,12 +50,6 @@ def served_with(runner, path: Path = TEMPLATE):
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     return api_config(module_tmp, auth={"required": True})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 @pytest.fixture

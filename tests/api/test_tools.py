@@ -18,7 +18,7 @@ from homeai import tools as tool_calling
 from homeai.llama import CONVERTER
 from homeai.sched.request import Grammar
 from homeai.tools.formats import Generic, Hermes, Llama3, Mistral
-from tests.api.conftest import TIMEOUT, add_token, api_config, serve
+from tests.api.conftest import api_config
 
 pytestmark = pytest.mark.model
 
@@ -39,19 +39,6 @@ def cfg(module_tmp):
     # compared here (whole and streamed, with and without a stop) take the same numeric path: a
     # prompt read after a cached prefix differs in the last bits of its logits.
     return api_config(module_tmp, scheduler={"prompt_cache": False})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def client(cfg, server):
-    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=add_token(cfg, "alice"), timeout=TIMEOUT,
-                       max_retries=0) as c:
-        yield c
 
 
 def schema_of(name: str) -> dict:

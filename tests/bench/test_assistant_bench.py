@@ -12,19 +12,9 @@ import pytest
 
 from homeai.bench import assistant_bench
 from homeai.cli import build_parser
-from homeai.config import SpeechConfig
 from tests.conftest import small_config
 
 pytestmark = pytest.mark.model
-
-
-@pytest.fixture(scope="module")
-def stt():
-    from homeai.speech.stt import SpeechToText
-
-    model = SpeechToText(SpeechConfig())
-    yield model
-    model.close()
 
 
 def test_the_command_line_names_the_benchmark():

@@ -17,7 +17,6 @@ import pytest
 from homeai.bench import members_bench
 from homeai.cli import build_parser
 from tests.conftest import small_config
-from tests.voice.conftest import stt  # noqa: F401 (fixture)
 
 # What the daemon may answer each issue 55 load (the phases' `expect` is None: reported, not judged).
 ANSWERS = {"pattern": {"400", "200"}, "slow grammar": {"200", "400", "429"}, "speech": {"200", "429", "503"}}

@@ -16,7 +16,7 @@ from homeai.sched.pools import Copy, Drop, Pool
 from homeai.sched.request import Kind, Request, SamplingParams
 from homeai.sched.scheduler import Scheduler, SchedulerLimits
 from lanes import DEFAULT_POLICIES
-from tests.engine.test_batching import compare, prompt
+from tests.engine.test_batching import compare
 
 POLICIES = {name: p.__class__(**{**p.__dict__, "window_ms": 0.0}) for name, p in DEFAULT_POLICIES.items()}
 SYSTEM = ("You are the household assistant. The house has these devices: " +

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.api.conftest import http, module_tmp  # noqa: F401 (fixtures: a module's server and its client)
+from tests.api.conftest import http  # noqa: F401 (fixture: a client of the module's server)
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0  # generous: the box is shared; no test asserts on time

@@ -9,7 +9,6 @@ import itertools
 
 from homeai.sched.pools import Copy, Drop, Pool
 from homeai.sched.request import Kind, Request, SamplingParams, Status
-from homeai.sched.costmodel import StepShape
 from homeai.sched.scheduler import QueueFull, StepResult
 from tests.sched.helpers import FakeRunner, create_scheduler, run_until_idle, step, token_for
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from websockets.sync.client import connect
 
-from tests.api.conftest import TIMEOUT, Server, add_token, api_config, module_tmp  # noqa: F401 (fixture)
-from tests.voice.conftest import serve, stt  # noqa: F401 (fixture)
+from tests.api.conftest import TIMEOUT, Server, add_token, api_config
+from tests.voice.conftest import serve
 
 SHORT = {"max_tokens": 4}  # every answer a test provokes stays a few tokens long
 

@@ -34,7 +34,7 @@ from homeai.engine.engine import scheduler_limits
 from homeai.sched.scheduler import Scheduler
 from homeai.service import prompts
 from lanes import DEFAULT_POLICIES
-from tests.api.conftest import TIMEOUT, add_token, api_config, serve
+from tests.api.conftest import TIMEOUT, add_token, api_config
 
 TRIALS = 10
 OLLAMA_TRIALS = 4  # through Ollama's API too, each guess first twice
@@ -50,12 +50,6 @@ def test_the_opt_in_reaches_the_scheduler_and_is_off_by_default():
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
     return api_config(module_tmp, auth={"required": True})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import pytest
 from tests.api.conftest import TIMEOUT, add_token, api_config
 from tests.jobs.conftest import write_docs
 from tests.security.conftest import SHORT, voice_socket
-from tests.voice.conftest import serve, utterance  # noqa: F401 (fixture)
+from tests.voice.conftest import utterance  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.model
 
@@ -41,17 +41,6 @@ def cfg(module_tmp):
     return api_config(module_tmp, auth={"required": True}, server={"max_output_tokens": 64},
                       lanes={"voice": {"max_tokens": 64}, "chat": SHORT, "summaries": SHORT},
                       jobs={"index_paths": [str(folder)], "summarise": True, "summary_tokens": 16})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner, stt):
-    with serve(cfg, runner, stt) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def token(cfg, server) -> str:
-    return add_token(cfg, "mallory")
 
 
 class Recorder:

@@ -14,6 +14,7 @@ import pytest
 from homeai.app import Program
 from homeai.service import Call, Caller, ChatAsk, Done, Failed, SamplingAsk, Service, ServiceError, Text
 from tests.conftest import small_config
+from tests.engine.test_fail_fast import Faulty
 
 pytestmark = pytest.mark.model
 
@@ -22,29 +23,6 @@ GREEDY = SamplingAsk(max_tokens=12, temperature=0.0)
 WEATHER = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-
-
-class Faulty:
-    """The shared runner, except that its first step raises."""
-
-    def __init__(self, runner):
-        self._runner, self.num_runs = runner, 0
-
-    def __getattr__(self, name):
-        return getattr(self._runner, name)
-
-    def run(self, plan):
-        self._step()
-        return self._runner.run(plan)
-
-    def launch(self, plan):  # a step's first half, where the engine plans ahead (scheduler.plan_ahead)
-        self._step()
-        return self._runner.launch(plan)
-
-    def _step(self) -> None:
-        self.num_runs += 1
-        if self.num_runs == 1:
-            raise RuntimeError("injected fault")
 
 
 @pytest.fixture
@@ -122,7 +100,7 @@ def test_an_answer_its_reader_cuts_ends_failed_abort_and_frees_the_sequence(serv
 
 
 def test_a_failed_step_ends_the_answer_failed_error_and_whole_raises(serving, runner):
-    service = serving(Faulty(runner))
+    service = serving(Faulty(runner, fails=lambda n: n == 1))  # its first step raises
     events = asyncio.run(events_of(service, ask("Hello?")))
     assert isinstance(events[-1], Failed) and events[-1].reason == "error"
     assert events[-1].error.status_code == 500 and events[-1].error.code == "generation_failed"

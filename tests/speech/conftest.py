@@ -1,5 +1,5 @@
-"""Fixtures for the speech tests: real audio synthesised with espeak-ng and sox, and one
-`SpeechToText` (the embedded tiny.en) loaded once per session."""
+"""Fixtures for the speech tests: real audio synthesised with espeak-ng and sox (the speech model,
+`stt`, is the session's one: tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from homeai.config import SpeechConfig
-from homeai.speech.stt import SpeechToText
 
 SENTENCE = "turn on the kitchen lights please"
 
@@ -47,10 +45,3 @@ def synthesise(text: str, folder: Path) -> Utterance:
 @pytest.fixture(scope="session")
 def utterance(tmp_path_factory) -> Utterance:
     return synthesise(SENTENCE, tmp_path_factory.mktemp("speech"))
-
-
-@pytest.fixture(scope="session")
-def stt():
-    engine = SpeechToText(SpeechConfig())
-    yield engine
-    engine.close()

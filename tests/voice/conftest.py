@@ -14,8 +14,6 @@ import time
 import pytest
 from websockets.asyncio.client import connect
 
-from homeai.config import SpeechConfig
-from homeai.speech.stt import SpeechToText
 from tests.api.conftest import TIMEOUT, Server
 from tests.api.conftest import serve as api_serve
 from tests.speech.conftest import SENTENCE, Utterance, synthesise
@@ -28,23 +26,6 @@ KEY_WORDS = ("kitchen", "light")
 @pytest.fixture(scope="session")
 def utterance(tmp_path_factory) -> Utterance:
     return synthesise(SENTENCE, tmp_path_factory.mktemp("voice"))
-
-
-@pytest.fixture(scope="session")
-def stt():
-    model = SpeechToText(SpeechConfig())
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
-def module_tmp(tmp_path_factory, request):
-    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 def serve(cfg, runner, stt):

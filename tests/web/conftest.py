@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from homeai.store.db import make_engine, make_sessionmaker
-from tests.api.conftest import TIMEOUT, add_token, api_config, serve
+from tests.api.conftest import TIMEOUT, add_token, api_config, server  # noqa: F401 (fixture: the daemon over `cfg`)
 
 CHROMIUM = os.environ.get("HOMEAI_CHROMIUM", "/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "web"
@@ -25,12 +25,6 @@ PHONE = {"width": 390, "height": 844}
 @pytest.fixture(scope="module")
 def cfg(tmp_path_factory):
     return api_config(tmp_path_factory.mktemp("web"), auth={"required": True})
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner):
-    with serve(cfg, runner) as running:
-        yield running
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,6 @@ import wave
 import pytest
 from playwright.sync_api import expect
 
-from homeai.config import SpeechConfig
-from homeai.speech.stt import SpeechToText
 from tests.api.conftest import wait_for
 from tests.speech.conftest import SENTENCE, synthesise
 from tests.voice.conftest import serve as serve_with_speech
@@ -28,15 +26,8 @@ LEAD_S, TAIL_S = 1.0, 1.5  # silence around the sentence: the microphone opens a
 
 
 @pytest.fixture(scope="module")
-def speech():
-    model = SpeechToText(SpeechConfig())
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
-def server(cfg, runner, speech):
-    with serve_with_speech(cfg, runner, speech) as running:
+def server(cfg, runner, stt):
+    with serve_with_speech(cfg, runner, stt) as running:
         yield running
 
 

@@ -19,8 +19,6 @@ from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.event import Event, async_read_event
 
-from homeai.config import SpeechConfig
-from homeai.speech.stt import SpeechToText
 from tests.api.conftest import TIMEOUT, api_config
 from tests.api.conftest import serve as api_serve
 from tests.speech.conftest import Utterance, synthesise
@@ -32,23 +30,6 @@ CHUNK_SAMPLES = 1024  # what Home Assistant's satellites send per audio-chunk
 @pytest.fixture(scope="session")
 def utterance(tmp_path_factory) -> Utterance:
     return synthesise(SENTENCE, tmp_path_factory.mktemp("wyoming"))
-
-
-@pytest.fixture(scope="session")
-def stt():
-    model = SpeechToText(SpeechConfig())
-    yield model
-    model.close()
-
-
-@pytest.fixture(scope="module")
-def module_tmp(tmp_path_factory, request):
-    return tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
-
-
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
 
 
 def wyoming_config(tmp_dir, speech=None, **wyoming):
