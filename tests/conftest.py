@@ -12,9 +12,16 @@ import pytest
 from homeai.config import from_dict
 
 
+def worker_threads() -> int:
+    """The box's cores (at most 4) shared among pytest-xdist's workers: one loop's threads per core, so no
+    worker's threads wait on another's (llama.cpp's threads spin at their barrier)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, min(os.cpu_count() or 2, 4) // workers)
+
+
 def small_config(**model):
-    """A small, quick configuration over the embedded model (2 threads, as on the CI box)."""
-    base = {"n_ctx": 4096, "interactive_n_ctx": 4096, "n_seq_max": 16, "n_batch": 256, "n_threads": min(os.cpu_count() or 2, 4),
+    """A small, quick configuration over the embedded model (the box's cores shared among the workers)."""
+    base = {"n_ctx": 4096, "interactive_n_ctx": 4096, "n_seq_max": 16, "n_batch": 256, "n_threads": worker_threads(),
             "embed_n_ctx": 1024, "embed_n_seq_max": 16}
     base.update(model)
     return from_dict({"model": base})

@@ -23,10 +23,11 @@ from pathlib import Path
 import httpx
 
 from tests.api.conftest import http  # noqa: F401 (fixture: a client of the module's server)
+from tests.conftest import worker_threads
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0  # generous: the box is shared; no test asserts on time
-SMALL_MODEL = {"n_ctx": 2048, "n_seq_max": 8, "n_batch": 256, "n_threads": 2, "embed_n_ctx": 512,
+SMALL_MODEL = {"n_ctx": 2048, "n_seq_max": 8, "n_batch": 256, "n_threads": worker_threads(), "embed_n_ctx": 512,
                "embed_n_seq_max": 8}
 
 
