@@ -44,7 +44,10 @@ def body(name: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
-    return api_config(module_tmp, auth={"required": True})
+    """Auth on (a proxy member), and the chat lane's answers capped (`max_tokens`, as a household may
+    set it): the recorded bodies ask no length, and a sampled answer read at 7,000 tokens of context
+    ran from 10 s to nearly 3 minutes, by its length alone."""
+    return api_config(module_tmp, auth={"required": True}, lanes={"chat": {"max_tokens": 32}})
 
 
 @pytest.fixture(scope="module")

@@ -122,14 +122,16 @@ def test_quick_run_reports_what_the_cache_served(runner, tmp_path):
         assert 0 <= t["queue_ms"] < t["ttft_ms"], (key, t)  # the engine's record of this very request
         assert t["prompt_tokens"] > preamble, (key, t)  # the preamble, then what the user wrote
         assert t["preamble_cached"] == round(min(t["cached_tokens"], preamble) / preamble, 3), (key, t)
-    assert turns["A", 1]["preamble_cached"] < 0.5, turns["A", 1]  # cold: no turn with these tools came before
+    # Cold: no turn with these tools came before. A1 and B1 are sent together (overlap): whichever the
+    # engine reads first is cold, and on a loaded box that may be B1.
+    cold = report["cold_read"]
+    assert cold in ("A1", "B1") and turns[cold[0], 1]["preamble_cached"] < 0.5, turns
     for user in "AB":  # a user's second turn opens with their first turn's whole prompt
         second = turns[user, 2]
         assert second["cached_tokens"] >= preamble and second["preamble_cached"] == 1.0, second
     assert report["by_turn"]["2"]["cached_share"] > 0.5 and report["by_turn"]["2"]["preamble_cached"]["min"] == 1.0
     assert report["overall"]["n"] == report["overall"]["answered"] == 4
     assert report["after_first"]["n"] == 3 and set(report["by_user"]) == {"A", "B"}
-    assert report["cold_read"] in ("A1", "B1")
     for group in (*report["by_turn"].values(), *report["by_user"].values(), report["overall"]):
         assert set(group["ttft_ms"]) == {"p50", "p95"} and group["ttft_ms"]["p50"] is not None
         assert group["queue_ms"]["p95"] is not None

@@ -178,10 +178,17 @@ def test_a_token_the_hub_refuses_says_so_in_one_line(hub, models, monkeypatch):
 
 
 def test_no_network_says_so_in_one_line(hub, models, monkeypatch):
+    import types
+
+    from huggingface_hub.utils import _http
+
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard: nothing listens
+    waits = []  # huggingface_hub's backoff between its retries (1+2+4+8+8 s), counted here, not slept
+    monkeypatch.setattr(_http, "time", types.SimpleNamespace(sleep=waits.append))
     error = refused(f"hf.co/{TINY}:Q8_0", models)
     assert error.status == 502 and str(error).startswith("cannot reach http://127.0.0.1:9: ConnectError")
     assert "\n" not in str(error)
+    assert len(waits) >= 1, "the hub's client gave up without retrying"
 
 
 @pytest.fixture

@@ -75,10 +75,13 @@ def test_sigterm_during_a_stream_ends_it_cleanly_exits_0_and_keeps_the_store(tmp
     assert integrity(served.db) == "ok"
 
 
+NOTES = 12  # enough that the run is still going when SIGTERM comes (the first note done), few enough to resume soon
+
+
 def test_sigterm_during_an_indexing_run_checkpoints_it_and_the_restart_resumes(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    for i in range(24):
+    for i in range(NOTES):
         (docs / f"note-{i:02}.txt").write_text(f"Note {i}: the spare key number {i} hangs by door {i % 5}. " * 6)
     jobs = {"index_paths": [str(docs)], "chunk_tokens": 64, "chunk_overlap": 8, "embed_batch": 2,
             "summarise": True, "summary_tokens": 16}
@@ -99,7 +102,7 @@ def test_sigterm_during_an_indexing_run_checkpoints_it_and_the_restart_resumes(t
             return (http.get("/api/jobs").json()["jobs"][0]["last_run"] or {}).get("status")
 
         assert wait_for(lambda: last_status() == "done", timeout=170), last_status()
-        assert http.get("/api/jobs").json()["documents"]["indexed"] == 24
+        assert http.get("/api/jobs").json()["documents"]["indexed"] == NOTES
         assert again.terminate() == 0
     assert integrity(served.db) == "ok"
 

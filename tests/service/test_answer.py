@@ -127,8 +127,19 @@ def test_refusals_are_service_errors_before_anything_is_queued(serving):
     assert (bad_tools.value.status_code, bad_tools.value.code) == (400, "invalid_tools")
 
 
-def test_a_conversation_too_long_is_refused_or_fitted_to_its_latest_turns(serving):
-    service = serving()
+@pytest.fixture(scope="module")
+def short_runner():
+    """A runner of 1,024 cells a cache: a conversation fitted to it is read in seconds, not the half
+    minute 4,000 tokens take on a two-core box (closed after the module: after the engines over it)."""
+    from homeai.app import load_runner
+
+    loaded = load_runner(small_config(n_ctx=1024, interactive_n_ctx=1024), embeddings=False, grammar=False)
+    yield loaded
+    loaded.close()
+
+
+def test_a_conversation_too_long_is_refused_or_fitted_to_its_latest_turns(serving, short_runner):
+    service = serving(short_runner)
     turns = []
     for i in range(120):  # far past the chat lane's context
         turns += [{"role": "user", "content": f"Remember the number {i} and the word lantern {i}."},
