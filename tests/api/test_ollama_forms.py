@@ -23,12 +23,19 @@ import ollama
 import openai
 import pytest
 
-from tests.api.conftest import TIMEOUT, lanes
+from tests.api.conftest import TIMEOUT, api_config, lanes
 
 pytestmark = pytest.mark.model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "open_webui"
 SHORT = {"num_predict": 4, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def cfg(module_tmp):
+    """The summaries lane's answers capped (as a household may): Open WebUI's recorded task bodies ask
+    no length, and a sampled title or tag list ran from 1 s to 26 s by its length alone."""
+    return api_config(module_tmp, lanes={"summaries": {"max_tokens": 32}})
 
 
 @pytest.fixture(scope="module")
