@@ -19,12 +19,13 @@ def worker_threads() -> int:
     return max(1, min(os.cpu_count() or 2, 4) // workers)
 
 
-def small_config(**model):
-    """A small, quick configuration over the embedded model (the box's cores shared among the workers)."""
+def small_config(lanes: dict | None = None, **model):
+    """A small, quick configuration over the embedded model (the box's cores shared among the workers),
+    with `lanes` (lane name: its keys) on top of the default lanes."""
     base = {"n_ctx": 4096, "interactive_n_ctx": 4096, "n_seq_max": 16, "n_batch": 256, "n_threads": worker_threads(),
             "embed_n_ctx": 1024, "embed_n_seq_max": 16}
     base.update(model)
-    return from_dict({"model": base})
+    return from_dict({"model": base, **({"lanes": lanes} if lanes else {})})
 
 
 @pytest.fixture(scope="session")

@@ -108,9 +108,9 @@ def continuous_bench(bench: Bench, n: int = 32, mean_output: int = 128, rate: fl
 
 
 def household_bench(bench: Bench, duration_s: float = 40.0, seed: int = 0, doc_len: int = 2000,
-                    documents: int = 2, embed_batch_size: int = 16) -> dict:
+                    documents: int = 2, embed_batch_size: int = 16, summary_len: int = 120) -> dict:
     workload = workloads.household(duration_s=duration_s, seed=seed, doc_len=doc_len, documents=documents,
-                                   embed_batch_size=embed_batch_size)
+                                   summary_len=summary_len, embed_batch_size=embed_batch_size)
     results = bench.compare(workload)
     quiet = bench.run(workload.without_lanes(BACKGROUND), "homeai")
     alone = bench.run(workload.only_lanes(BACKGROUND), "homeai")

@@ -71,8 +71,8 @@ def continuous(n: int = 32, prompt_len: int = 32, mean_output: int = 128, rate: 
 
 
 def household(duration_s: float = 40.0, seed: int = 0, members: int = 3, chat_rate: float = 0.08,
-              voice_rate: float = 0.05, documents: int = 2, doc_len: int = 2000, embed_batches: int = 2,
-              embed_batch_size: int = 16) -> Workload:
+              voice_rate: float = 0.05, documents: int = 2, doc_len: int = 2000, summary_len: int = 120,
+              embed_batches: int = 2, embed_batch_size: int = 16) -> Workload:
     """A household evening: chats and voice questions while documents are summarised and embedded."""
     rng = random.Random(seed)
     specs: list[Spec] = []
@@ -92,7 +92,7 @@ def household(duration_s: float = 40.0, seed: int = 0, members: int = 3, chat_ra
         i += 1
     for d in range(documents):
         specs.append(Spec(f"doc-{d}", 2.0 + d * duration_s / max(documents, 1), "summaries", "jobs",
-                          doc_len, 120, group="long", seed=seed))
+                          doc_len, summary_len, group="long", seed=seed))
     for b in range(embed_batches):
         at = 1.0 + b * duration_s / max(embed_batches, 1)
         specs += [Spec(f"idx-{b}-{k}", at, "indexing", "jobs", rng.randint(100, 300), 0, kind="embed",
@@ -101,7 +101,7 @@ def household(duration_s: float = 40.0, seed: int = 0, members: int = 3, chat_ra
     return Workload("household", specs, {
         "duration_s": duration_s, "members": members, "chat": f"poisson({chat_rate}/s per member), prompt 40+60*turn, output 30-80",
         "voice": f"poisson({voice_rate}/s), prompt 40-70, output 15-35",
-        "summaries": f"{documents} documents of {doc_len} tokens, output 120",
+        "summaries": f"{documents} documents of {doc_len} tokens, output {summary_len}",
         "indexing": f"{embed_batches} batches of {embed_batch_size} chunks of 100-300 tokens", "seed": seed})
 
 

@@ -73,9 +73,9 @@ def test_backlogged_throughput_leaves_out_the_drain():
 
 
 def test_household_all_policies_real_model(bench, tmp_path):
-    # Two seconds of arrivals (seed 0): a chat, a summary and two chunks to index, under every policy
-    # and twice more for the baselines. A short household may or may not hear a voice question.
-    suite.household_bench(bench, duration_s=2, doc_len=120, documents=1, embed_batch_size=1)
+    # Two seconds of arrivals (seed 0): a chat, a summary of 16 tokens and two chunks to index, under
+    # every policy and twice more for the baselines. A short household may or may not hear a voice question.
+    suite.household_bench(bench, duration_s=2, doc_len=120, documents=1, embed_batch_size=1, summary_len=16)
     doc = check_report(tmp_path, "household", POLICIES, {"chat", "summaries", "indexing"}, optional_lanes={"voice"})
     assert {"homeai_without_background", "homeai_background_alone"} == set(doc["baselines"])
     assert set(doc["chat_itl_p95_during_doc_prefill_ms"]) == set(POLICIES)
