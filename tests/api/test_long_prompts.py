@@ -19,9 +19,10 @@ from tests.conftest import small_config
 
 pytestmark = pytest.mark.model
 
+# About 1,250 tokens: past the interactive cache's 1,024, and four of them past the main one's 4,096.
 NOTES = " ".join(f"Note {i}: the {room} lamp number {i} was switched {state} at {i % 12 + 1} o'clock."
                  for i, (room, state) in enumerate((r, s) for r in ("kitchen", "hall", "study", "garden")
-                                                   for s in ("on", "off") for _ in range(12)))
+                                                   for s in ("on", "off") for _ in range(7)))
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_a_prompt_too_long_for_the_interactive_cache_is_answered_from_the_main_o
 
 def test_a_prompt_no_cache_holds_is_refused_saying_how_many_tokens_fit_where(client):
     with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(model="homeai", messages=ask(NOTES * 3), max_tokens=4, stream=True)
+        client.chat.completions.create(model="homeai", messages=ask(NOTES * 4), max_tokens=4, stream=True)
     message = str(refused.value)
     assert "fit the interactive cache and 4095 the main cache" in message and "1023" in message
     assert refused.value.code == "context_length_exceeded"

@@ -14,6 +14,7 @@ def chat(runner, text: str) -> list[int]:
 
 
 ANSWER = 96  # alice's answers: long enough that her first still runs while bob's chat is let in and read
+FLOOD = 6  # alice's chats: four readers (two sequence ids a cache, two caches) and two waiting
 
 
 def test_a_members_chat_goes_before_another_members_queued_flood(runner, make_engine):
@@ -23,7 +24,7 @@ def test_a_members_chat_goes_before_another_members_queued_flood(runner, make_en
     flood = [engine.submit(chat(runner, f"Tell me a long story about lighthouse number {i}."), lane="chat",
                            member="alice", params=SamplingParams(temperature=0.8, seed=i, max_tokens=ANSWER,
                                                                  ignore_eos=True))
-             for i in range(10)]
+             for i in range(FLOOD)]
     deadline = time.monotonic() + 120
     while True:  # until alice's readers all decode (as many as the lane lets in) and the rest of her flood waits
         with engine.lock:
