@@ -39,7 +39,10 @@ SYSTEM = system_prompt(40, datetime(2026, 12, 1, 7, 30))
 
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
-    return api_config(module_tmp, auth={"required": True}, wyoming={"enabled": True, "port": 0})
+    """Home Assistant asks no length: the voice lane's answers are capped at 32 tokens (as a household
+    may set it), so a turn's time is not its sampled answer's length."""
+    return api_config(module_tmp, auth={"required": True}, wyoming={"enabled": True, "port": 0},
+                      lanes={"voice": {"max_tokens": 32}})
 
 
 @pytest.fixture(scope="module")
