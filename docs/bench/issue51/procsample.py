@@ -1,5 +1,5 @@
 """The box's CPU seconds by kind of process while a command runs: `python3 procsample.py OUT.tsv` samples /proc
-every 2 s until SIGTERM, then writes seconds and kind, most first. A kind is the pytest workers, a `homeai
+every 2 s until SIGTERM, then writes seconds and kind, most first. A kind is pytest-xdist's workers, a `homeai
 serve` child, Chromium, or the command line's first words. A process that lives under 2 s is missed, and a
 process's last 2 s before it exits are not counted, so the figures are a floor."""
 import os
@@ -19,12 +19,16 @@ def kind(pid: int) -> str | None:
     line = " ".join(words)
     if not words:
         return None
-    if "xdist" in line or ("pytest" in line and "-c" not in words):
-        return "pytest-worker"
+    if words[1:3] == ["-u", "-c"]:
+        return "pytest-xdist's workers (the tests, their in-process daemons, llama.cpp)"
+    if "-c" in words[1:3]:
+        return "python -c (a script a test runs)"
+    if "pytest" in line:
+        return "pytest (the controller)"
     if "chrom" in words[0]:
         return "chromium"
     if "homeai" in line and "serve" in words:
-        return "homeai serve (a child)"
+        return "homeai serve (a test's child process)"
     return " ".join([os.path.basename(words[0]), *(os.path.basename(w) for w in words[1:3])])
 
 
