@@ -26,8 +26,8 @@ has not read the 64 KB that came, and a client that asked may wait for `100 Cont
 handed back (`homeai.heap`): glibc otherwise keeps what a burst of large bodies freed.
 
 A WebSocket, once upgraded, and an answer however long it streams are not timed here (an idle
-kept-alive connection has uvicorn's `timeout_keep_alive`; a body's size has its own limit,
-`homeai.api.limits`). The parser is h11, uvicorn's own when httptools is not installed (homeai
+kept-alive connection has the head's deadline, uvicorn's `timeout_keep_alive` set to it; a body's
+size has its own limit, `homeai.api.limits`). The parser is h11, uvicorn's own when httptools is not installed (homeai
 does not install it): h11 says when a head is whole by its client state leaving IDLE, when a body
 is coming by SEND_BODY, and comes back to IDLE only once the answer before is complete, so
 pipelined and kept-alive requests are timed alike.
@@ -211,7 +211,12 @@ def uvicorn_config(app, cfg: Config, **options) -> uvicorn.Config:
     caps = Caps.of(cfg.server)
     if caps.warning() is not None:
         log.warning("%s", caps.warning())
-    options = {"host": cfg.server.host, "port": cfg.server.port, **options}
+    # An idle kept-alive connection is closed by the head's deadline (`header_timeout_s`), not sooner:
+    # uvicorn's own 5 s is the same as the pools of httpx (the `openai` and `ollama` clients, Home
+    # Assistant), so the server closed a connection just as a client sent its next request on it, and
+    # the client saw "Server disconnected without sending a response".
+    options = {"host": cfg.server.host, "port": cfg.server.port, "timeout_keep_alive": cfg.server.header_timeout_s,
+               **options}
     config = uvicorn.Config(app, http=protocol(cfg.server, caps), ws_max_size=cfg.server.max_ws_message_bytes,
                             **options)
     limit_accept_errors()  # after uvicorn.Config, which configures logging
