@@ -53,9 +53,10 @@ def facts(cfg: Config) -> dict:
         out["model"] = f"{model} ({_size(model)})" + (" [embedded]" if model == embedded_gguf() else "")
         out["chat_template"], template_warning = _chat_template(model, cfg.model.chat_template)
         out["kv_caches"] = _kv_caches(cfg, model)
+        out["speculative"] = _drafting(cfg, model)
     except FileNotFoundError as e:
         out["model"] = f"MISSING: {e}"
-        out["chat_template"] = out["kv_caches"] = "unknown (no model)"
+        out["chat_template"] = out["kv_caches"] = out["speculative"] = "unknown (no model)"
         template_warning = None
     out["turn_formats"] = _turn_formats()
     emb = embedding_model(cfg)
@@ -178,6 +179,27 @@ def _kv_caches(cfg: Config, model: Path) -> str:
     return "; ".join(f"{name}: {value}" for name, value in sizes.describe().items())
 
 
+def _drafting(cfg: Config, model: Path) -> str:
+    """Whether answers draft tokens (`[speculative]`), and why not where the model's cache cannot be
+    cut back to the guesses it accepted (its GGUF header: a sliding window, a recurrent state)."""
+    from homeai.engine.engine import draft_settings
+
+    sp = cfg.speculative
+    if not sp.enabled:
+        return "off ([speculative] enabled = false)"
+    meta = metadata(model)
+    arch = meta.get("general.architecture", "")
+    window = meta.get(f"{arch}.attention.sliding_window")
+    if isinstance(window, int) and window > 0:
+        return (f"off for this model: its sliding-window attention ({window} tokens) cannot be cut back to the "
+                "guesses it accepted")
+    if any(key.startswith((f"{arch}.ssm.", f"{arch}.wkv.", f"{arch}.rwkv")) for key in meta):
+        return "off for this model: a recurrent state cannot be cut back to the guesses it accepted"
+    lanes = ", ".join(sorted(draft_settings(cfg).lanes))
+    return (f"on for {lanes}: up to {sp.max_draft} tokens an answer a step, guessed from its prompt and answer, "
+            "while they pay (learnt per member)")
+
+
 def _threads(cfg: Config) -> str:
     if cfg.model.n_threads:
         return f"{cfg.model.n_threads} (config)"
@@ -220,7 +242,7 @@ def render(info: dict) -> str:
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
               "model": "generation model", "chat_template": "chat template", "turn_formats": "turn formats built in",
-              "kv_caches": "KV caches",
+              "kv_caches": "KV caches", "speculative": "drafted tokens",
               "embedding_model": "embedding model",
               "speech_model": "speech model", "tts_voice": "speech out (piper voice)", "data_dir": "data directory", "database": "database",
               "listen": "listens on", "connections": "HTTP connections", "memory": "model memory"}

@@ -85,13 +85,14 @@ def _engines(runner):
 
     engines = []
 
-    def build(policies=None, plan_ahead=os.environ.get("HOMEAI_TEST_PLAN_AHEAD") == "1", **limits):
+    def build(policies=None, plan_ahead=os.environ.get("HOMEAI_TEST_PLAN_AHEAD") == "1", drafting=None, **limits):
         m = runner.cfg
         base = dict(num_cells=m.n_ctx, num_seqs=m.n_seq_max, max_step_tokens=m.n_batch,
                     embed_max_tokens=m.embed_n_ctx, embed_max_seqs=m.embed_n_seq_max,
                     interactive_cells=m.interactive_n_ctx)
         base.update(limits)
-        engine = Engine(runner, policies or dict(DEFAULT_POLICIES), SchedulerLimits(**base), plan_ahead=plan_ahead).start()
+        engine = Engine(runner, policies or dict(DEFAULT_POLICIES), SchedulerLimits(**base), plan_ahead=plan_ahead,
+                        **({"drafting": drafting} if drafting else {})).start()
         engines.append(engine)
         return engine
 

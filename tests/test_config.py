@@ -69,6 +69,10 @@ def test_example_file_loads_and_documents_every_key():
     ("[remote.chat]\nurl = \"http://box/v1\"\ntimeout_s = 0\n", "remote.chat.timeout_s must be positive"),
     ("[remote.chat]\nurl = \"http://box/v1\"\nfallback = true\n", "unknown key remote.chat.fallback"),
     ("[remote]\nurl = \"http://box/v1\"\n", "[remote] holds one table per lane"),
+    ("[speculative]\nmax_draft = 0\n", "speculative.max_draft must be 1..32, got 0"),
+    ("[speculative]\nmax_draft = 64\n", "speculative.max_draft must be 1..32, got 64"),
+    ("[speculative]\nlanes = [\"chats\"]\n", "speculative.lanes names no lane: chats"),
+    ("[speculative]\nenabled = \"auto\"\n", "speculative.enabled must be bool"),
 ])
 def test_bad_config_names_file_and_key(tmp_path, text, message):
     path = write(tmp_path, text)

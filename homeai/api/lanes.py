@@ -1,12 +1,13 @@
 """`GET /api/lanes`: each lane's policy and live state (queued, running, rejected, TTFT/ITL
 p50/p95 over the recent window, the typical answer length that admission costs its readers
-at, the prompt cache's hit rate), and each KV cache's use (cells live and cached). A lane
+at, the prompt cache's hit rate, the tokens drafted and accepted and the draft length), and each KV cache's use (cells live and cached). A lane
 served by a remote server also shows `remote`: its URL, requests waiting here and in flight
 there, failures, fallbacks.
 
 An admin sees every figure. Another member sees nothing that counts the tokens of other
 members' prompts or answers, since the changes between two polls would give them away: each
-lane's `prompt_cache` is the caller's own requests', the KV cells are rounded to `COARSE_CELLS`
+lane's `prompt_cache` and `drafting` (tokens drafted and accepted: how much an answer echoed its
+prompt) are the caller's own requests', the KV cells are rounded to `COARSE_CELLS`
 (a cache's cells move by a whole prompt and answer at once, not a token at a time), and
 `ADMIN_ONLY` is left out: the engine's `steps` (once a decode step: an answer alone on the box
 moves it by its tokens + 1 or 2), each lane's `typical_output_tokens` (learnt from the lengths
@@ -77,10 +78,12 @@ def lanes_view(state: EngineState, caller: Caller | None = None) -> dict:
 def _lane(lane: LaneState, member: str | None) -> dict:
     policy = {k: v for k, v in asdict(lane.policy).items() if k != "name"}
     cache = lane.prompt_cache if member is None else lane.prompt_cache_of(member)
+    drafting = lane.drafting if member is None else lane.drafting_of(member)
     return {"policy": policy, "queued": lane.queued, "running": lane.running, "rejected": lane.rejected,
             "typical_output_tokens": lane.typical_output_tokens, "reading_pace_ms": lane.reading_pace_ms,
             "finished": lane.finished, "ttft_ms": asdict(lane.ttft_ms), "itl_ms": asdict(lane.itl_ms),
-            "prompt_cache": {**asdict(cache), "hit_rate": round(cache.hit_rate, 4)}}
+            "prompt_cache": {**asdict(cache), "hit_rate": round(cache.hit_rate, 4)},
+            "drafting": {**asdict(drafting), "acceptance": round(drafting.acceptance, 4)}}
 
 
 def _members_view(view: dict) -> dict:

@@ -92,7 +92,8 @@ PER_TOKEN_FAMILIES = ("homeai_itl_seconds", "homeai_engine_steps")  # observed o
 
 def admin_only(family: str) -> bool:
     """Whether a metric family tells a request's token count (an admin's: `Metrics.render`)."""
-    return family in TOKEN_COUNT_FAMILIES or family in PER_TOKEN_FAMILIES or family.startswith("homeai_prompt_cache_")
+    return (family in TOKEN_COUNT_FAMILIES or family in PER_TOKEN_FAMILIES
+            or family.startswith(("homeai_prompt_cache_", "homeai_draft_")))
 
 
 class _MembersView:
@@ -133,6 +134,7 @@ class SnapshotCollector:
                 family.add_metric([lane], float(getattr(lane_state, key)))
         yield from families.values()
         yield from _prompt_cache(state)
+        yield from _drafting(state)
         for name, help_text, value in (
                 ("homeai_kv_cells_used", "KV cache cells held by live sequences", state.total("cells_used")),
                 ("homeai_kv_cells_free", "KV cache cells free (cached prefixes count as free: they give way)",
@@ -144,6 +146,22 @@ class SnapshotCollector:
         steps = CounterMetricFamily("homeai_engine_steps", "Engine iterations run")
         steps.add_metric([], float(state.steps))
         yield steps
+
+
+def _drafting(state: EngineState) -> Iterable[Metric]:
+    """`homeai_draft_*`: per lane, tokens drafted for its answers, those accepted, and the draft length now."""
+    drafted = CounterMetricFamily("homeai_draft_tokens", "Tokens drafted for the lane's answers and checked",
+                                  labels=["lane"])
+    accepted = CounterMetricFamily("homeai_draft_accepted_tokens", "Drafted tokens the model picked itself",
+                                   labels=["lane"])
+    length = GaugeMetricFamily("homeai_draft_length", "Tokens an answer of the lane drafts a step now (0: none)",
+                               labels=["lane"])
+    for lane, lane_state in state.lanes.items():
+        use = lane_state.drafting
+        drafted.add_metric([lane], float(use.drafted))
+        accepted.add_metric([lane], float(use.accepted))
+        length.add_metric([lane], float(use.length))
+    yield from (drafted, accepted, length)
 
 
 def _prompt_cache(state: EngineState) -> Iterable[Metric]:

@@ -19,12 +19,12 @@ from typing import Any, get_type_hints
 from homeai.config.rules import validate
 from homeai.config.sections import (LANE_KEYS, REMOTE_LANES, SECTIONS, AuthConfig, ClientsConfig, Config,
                                     ConfigError, DatabaseConfig, GrammarConfig, JobsConfig, ModelConfig,
-                                    RemoteConfig, SchedulerConfig, ServerConfig, SpeechConfig, TtsConfig,
+                                    RemoteConfig, SchedulerConfig, ServerConfig, SpeculativeConfig, SpeechConfig, TtsConfig,
                                     WyomingConfig)
 from lanes import DEFAULT_POLICIES, LanePolicy
 
 __all__ = ["AuthConfig", "ClientsConfig", "Config", "ConfigError", "DatabaseConfig", "GrammarConfig", "JobsConfig",
-           "ModelConfig", "RemoteConfig", "SchedulerConfig", "ServerConfig", "SpeechConfig", "TtsConfig",
+           "ModelConfig", "RemoteConfig", "SchedulerConfig", "ServerConfig", "SpeculativeConfig", "SpeechConfig", "TtsConfig",
            "WyomingConfig", "from_dict", "load", "resolve_path", "validate", "with_overrides"]
 
 

@@ -67,6 +67,10 @@ def validate(cfg: Config, source: str) -> Config:
     _check(sc.plan_ahead in ("auto", "on", "off"), source, "scheduler.plan_ahead", "must be auto, on or off")
     _check(sc.prompt_cache_max_cells >= 0, source, "scheduler.prompt_cache_max_cells", "must be 0 or more")
     _check(0 < sc.member_seq_share <= 1, source, "scheduler.member_seq_share", "must be in (0, 1]")
+    sp = cfg.speculative
+    _check(1 <= sp.max_draft <= 32, source, "speculative.max_draft", f"must be 1..32, got {sp.max_draft}")
+    unknown = [lane for lane in sp.lanes if lane not in cfg.lanes]
+    _check(not unknown, source, "speculative.lanes", f"names no lane: {', '.join(unknown)} (known: {', '.join(cfg.lanes)})")
     g = cfg.grammar
     _check(g.max_token_ms > 0, source, "grammar.max_token_ms", "must be positive")
     _check(g.step_budget_ms > 0, source, "grammar.step_budget_ms", "must be positive")

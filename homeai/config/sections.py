@@ -113,6 +113,20 @@ class SchedulerConfig:
 
 
 @dataclass(frozen=True)
+class SpeculativeConfig:
+    """Drafted tokens for the answers people wait for (speculative decoding: `homeai.sched.draft`).
+    Guesses come from the request's own prompt and answer so far (prompt lookup); each step checks
+    them in the same llama_decode as everyone else's tokens, and keeps those the model picks itself,
+    so answers are the same. The scheduler drafts only while it pays, by what it learnt of each
+    member's accepted guesses and of the step's cost on this box, and never for a model whose cache
+    cannot be cut back (sliding-window or recurrent)."""
+
+    enabled: bool = True
+    max_draft: int = 8  # the most tokens one answer drafts in a step (1..32)
+    lanes: tuple[str, ...] = ()  # the lanes whose answers draft; empty: the interactive lanes (voice, chat)
+
+
+@dataclass(frozen=True)
 class DatabaseConfig:
     url: str = ""  # any SQLAlchemy URL; empty: SQLite in the data directory
 
@@ -250,6 +264,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     speech: SpeechConfig = field(default_factory=SpeechConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
@@ -275,7 +290,7 @@ class Config:
 
 SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
-    "scheduler": SchedulerConfig, "database": DatabaseConfig, "speech": SpeechConfig, "tts": TtsConfig, "jobs": JobsConfig,
+    "scheduler": SchedulerConfig, "speculative": SpeculativeConfig, "database": DatabaseConfig, "speech": SpeechConfig, "tts": TtsConfig, "jobs": JobsConfig,
     "wyoming": WyomingConfig, "grammar": GrammarConfig, "clients": ClientsConfig,
 }
 # Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.

@@ -36,6 +36,7 @@ from homeai.engine.gpu import plans_ahead
 from homeai.engine.kvsize import without_model
 from homeai.sched.request import Kind, Pool, Request
 from homeai.sched.plan import new_tuple
+from homeai.sched.draft import DraftSettings
 from homeai.sched.prefix import Memory
 from homeai.sched.scheduler import Output, QueueFull, Scheduler, SchedulerLimits, StepPlan
 from lanes.base import LanePolicy
@@ -53,13 +54,15 @@ class Engine(Intake):
     """The loop thread over one scheduler and one runner; requests come in through `Intake`."""
 
     def __init__(self, runner, policies: dict[str, LanePolicy], limits: SchedulerLimits,
-                 clock: Callable[[], float] = time.monotonic, plan_ahead: bool = False):
+                 clock: Callable[[], float] = time.monotonic, plan_ahead: bool = False,
+                 drafting: DraftSettings = DraftSettings()):
         self.runner = runner
         # Plan each step while the one before computes (`_loop`): the runner must `launch` and `collect`.
         self.plan_ahead = plan_ahead
         self.policies = policies
         # where the model's sequences may be resumed (a sliding window's, a recurrent state's: prefix.Memory)
-        self.scheduler = Scheduler(policies, limits, memory=getattr(runner, "kv_memory", None) or Memory())
+        self.scheduler = Scheduler(policies, limits, memory=getattr(runner, "kv_memory", None) or Memory(),
+                                   drafting=drafting)  # (`[speculative]`: `draft_settings`)
         self.clock = clock
         self.max_seq_len = self.scheduler.max_seq_len(Pool.MAIN)  # the main cache's longest sequence
         self.interactive_max_seq_len = self.scheduler.max_seq_len(self.scheduler.layout.interactive_pool)
@@ -219,7 +222,7 @@ class Engine(Intake):
             threads = getattr(self.runner, "num_threads", None)  # the core watch may change it in run()
             next_plan = pending = None
             try:
-                if self.plan_ahead:
+                if self.plan_ahead and not plan.drafts:  # (the step after drafts starts where they were cut)
                     result = self.runner.launch(plan)
                     if not result.no_kv_slot and not plan.empty:
                         with self._mutex:
@@ -279,7 +282,7 @@ class Engine(Intake):
         instructions a token, ~2% of a step's Python at four sequences: `scripts/engine_instructions.py
         --side fake`; ~1 us of a tiny model's 1 ms step)."""
         streams, piece, clock = self.streams, self.runner.piece, self.clock
-        for request, sample, finished in outputs:
+        for at, (request, sample, finished) in enumerate(outputs):
             stream = streams.get(request.request_id)
             if stream is None:
                 continue
@@ -300,6 +303,10 @@ class Engine(Intake):
                     self._interactive_waiting |= request.interactive
                 if stopped and not finished:
                     self.scheduler.finish(request.request_id, "stop", clock())
+                    # drafted tokens accepted after the stop (`homeai.sched.draft`) were never sent: nor counted
+                    after = sum(1 for o in outputs[at + 1:] if o[0] is request)
+                    if after:
+                        del request.output_tokens[-after:]
                     self._close(request, "stop")
                     continue
             if finished:
@@ -399,7 +406,14 @@ def scheduler_limits(cfg, info=None) -> SchedulerLimits:
         max_seq_len=info.n_ctx_train if info is not None else 0)
 
 
+def draft_settings(cfg) -> DraftSettings:
+    """`[speculative]` for the scheduler: its lanes, else the interactive ones."""
+    sp = cfg.speculative
+    lanes = sp.lanes or tuple(name for name, policy in cfg.lanes.items() if policy.interactive)
+    return DraftSettings(enabled=sp.enabled, max_draft=sp.max_draft, lanes=frozenset(lanes))
+
+
 def create_engine(cfg, runner) -> Engine:
     """An engine over a loaded runner, with the scheduler limits the config and model allow."""
     ahead = plans_ahead(cfg.scheduler.plan_ahead, cfg.model, runner.info.gpu_offload)
-    return Engine(runner, cfg.lanes, scheduler_limits(cfg, runner.info), plan_ahead=ahead)
+    return Engine(runner, cfg.lanes, scheduler_limits(cfg, runner.info), plan_ahead=ahead, drafting=draft_settings(cfg))

@@ -38,6 +38,23 @@ class PromptCacheUse:
 
 
 @dataclass(frozen=True)
+class DraftUse:
+    """Since the engine started: tokens drafted for this lane's answers and how many were accepted
+    (`homeai.sched.draft`), and the draft length chosen last (the longest of its members')."""
+
+    drafted: int = 0
+    accepted: int = 0
+    length: int = 0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def plus(self, drafted: int, accepted: int, length: int) -> "DraftUse":
+        return DraftUse(self.drafted + drafted, self.accepted + accepted, max(self.length, length))
+
+
+@dataclass(frozen=True)
 class LaneState:
     policy: LanePolicy
     queued: int
@@ -50,10 +67,15 @@ class LaneState:
     itl_ms: Latency
     prompt_cache: PromptCacheUse = field(default_factory=PromptCacheUse)
     member_prompt_cache: dict[str, PromptCacheUse] = field(default_factory=dict)  # each member's own share
+    drafting: DraftUse = field(default_factory=DraftUse)
+    member_drafting: dict[str, DraftUse] = field(default_factory=dict)  # each member's own
 
     def prompt_cache_of(self, member: str) -> PromptCacheUse:
         """The figures of `member`'s own finished generations on this lane."""
         return self.member_prompt_cache.get(member, PromptCacheUse())
+
+    def drafting_of(self, member: str) -> DraftUse:
+        return self.member_drafting.get(member, DraftUse())
 
 
 @dataclass(frozen=True)
@@ -98,7 +120,18 @@ def _lane_state(engine, name: str, policy: LanePolicy, running: int) -> LaneStat
                      round(sched.typical_output(name), 1), _rounded(sched.reading_pace(name)),
                      recent["finished"], Latency(**recent["ttft_ms"]), Latency(**recent["itl_ms"]),
                      engine.prompt_cache[name],
-                     {m: use for (lane, m), use in engine.member_prompt_cache.items() if lane == name})
+                     {m: use for (lane, m), use in engine.member_prompt_cache.items() if lane == name},
+                     *_drafting(sched.drafting.pairs, name))
+
+
+def _drafting(pairs: dict, lane: str) -> tuple[DraftUse, dict[str, DraftUse]]:
+    """A lane's drafting, and each of its members'."""
+    total, members = DraftUse(), {}
+    for (name, member), pair in pairs.items():
+        if name == lane:
+            members[member] = DraftUse(pair.drafted, pair.accepted_total, pair.length)
+            total = total.plus(pair.drafted, pair.accepted_total, pair.length)
+    return total, members
 
 
 def _rounded(ms: float | None) -> float | None:

@@ -34,8 +34,9 @@ class Batch:
         self.c.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
 
     def fill(self, rows: list[tuple[int, int, list[int], bool]]) -> list[int]:
-        """Rows are (seq_id, start, tokens, wants_last_logits); returns each row's last index (and
-        counts the rows wanting logits, `num_outputs`). A
+        """Rows are (seq_id, start, tokens, wants): logits for the last `wants` tokens (a bool: the last
+        one or none; a drafted decode wants every token's); returns each row's last index (and counts
+        the tokens wanting logits, `num_outputs`). A
         decode row (one token) is written element by element: a numpy slice assignment costs ~3,000
         instructions, an element ~800 (so up to ~16 decode rows cost less than a column at a time)."""
         token, pos, seq, logits = self.token, self.pos, self.seq, self.logits
@@ -54,7 +55,7 @@ class Batch:
                 seq[n:n + k] = seq_id
                 logits[n:n + k] = 0
                 if wants:
-                    logits[n + k - 1] = 1
+                    logits[n + k - wants:n + k] = 1
             n += k
             outputs += wants
             last.append(n - 1)

@@ -29,6 +29,7 @@ from homeai.engine import families, gpu, template
 from homeai.engine.prompt import ChatPrompt, PromptTokens, Source
 from homeai.engine.grammar_check import GrammarChecker
 from homeai.llama.batch import Batch
+from homeai.llama.drafts import fit_guesses, verify
 from homeai.llama.grammar import CONVERTER
 from homeai.llama.model import ModelInfo, RunnerError, chat_template_source, control_tokens, flash_attn_type, \
     init_backend, load_model, new_context, reply_markup, tokenize_text
@@ -199,6 +200,8 @@ class Runner:
         for request_id in plan.done:
             self.sampler.free(request_id)
             self._pooled.pop(request_id, None)
+        if plan.drafts:
+            fit_guesses(plan, self.sampler)
         result = StepResult()
         self._decoded = self._decode(plan, result)
         return result
@@ -231,7 +234,12 @@ class Runner:
                 outputs = self._outputs(ctx, num_outputs)
                 best = outputs.argmax(axis=1).tolist()  # every row's greedy pick, in one pass
                 out = 0
+                drafts = plan.drafts
                 for item, row in zip(group, rows):
+                    if drafts and item.request_id in drafts:
+                        out = verify(self.sampler, self._memory(pool), ctx, item, row, outputs, out, best,
+                                     drafts[item.request_id], result)
+                        continue
                     if item.sample:
                         try:
                             sample = sampler.sample(ctx, item, row, outputs, out, best[out])
@@ -270,7 +278,12 @@ class Runner:
             if not group:
                 continue
             ctx = self._context(pool)
-            rows = self.batch.fill([(i.seq_id, i.start, i.tokens, i.sample) for i in group])
+            if plan.drafts:  # a drafted decode reads logits at every token (`verify`)
+                drafts = plan.drafts
+                rows = self.batch.fill([(i.seq_id, i.start, i.tokens,
+                                         len(i.tokens) if i.request_id in drafts else i.sample) for i in group])
+            else:
+                rows = self.batch.fill([(i.seq_id, i.start, i.tokens, i.sample) for i in group])
             rc = ll.llama_decode(ctx, self.batch.c)
             if rc != 0:
                 for done_pool, done, _, _ in decoded:  # undo the contexts already decoded: the step keeps nothing

@@ -260,6 +260,23 @@ class Sampler:
         return cands.masked(cands.ids, logits, allowed)
 
 
+    def allowed_guesses(self, item: ScheduledItem, guess: list[int]) -> int:
+        """How many of a request's drafted tokens its grammar allows in turn (all, with none): a
+        guess the grammar refuses is never proposed (its row would be a refused pick's cost, and
+        nothing after it could be kept). Asked of a copy of the grammar, left as it was."""
+        sampling = self.samplers.get(item.request_id) or self._sampling(item.request_id, item.params)
+        if sampling.grammar is None:
+            return len(guess)
+        grammar = ll.llama_sampler_clone(sampling.grammar)
+        try:
+            for n, token in enumerate(guess):
+                if not self.candidates.allows(grammar, token):
+                    return n
+                ll.llama_sampler_accept(grammar, token)
+            return len(guess)
+        finally:
+            ll.llama_sampler_free(grammar)
+
     def free(self, request_id: str) -> None:
         sampling = self.samplers.pop(request_id, None)
         for sampler in (sampling.chain, sampling.grammar) if sampling is not None else ():

@@ -59,6 +59,10 @@ class StepPlan:
     _budget: int = 0
     context_cells: int = 0  # KV cells holding context when the step was planned
     shape: StepShape = StepShape(0)  # what the cost model costs: decode calls, tokens, attention, outputs
+    # Per request, the tokens drafted after its decode's token (`draft.py`): its item's tokens are
+    # that token and these, each row sampled in turn. Empty in most steps.
+    drafts: dict[str, list[int]] = field(default_factory=dict)
+    num_drafted: int = 0
     background: BackgroundDue | None = None  # None: background had no work waiting (it is owed nothing)
 
     @property
@@ -109,6 +113,8 @@ class StepPlan:
                 outputs += sum(map(_SAMPLE, items))
             if n:
                 calls, tokens, attention = calls + 1, tokens + n, attention + n * cells[pool]
+        # (a drafted token counts as a token, not as an output: a decode's own output and its call
+        # always come together, so the fit cannot tell them apart, and a drafted row costs what a token does)
         return StepShape(calls, tokens, attention / 1000.0, outputs)
 
     @staticmethod
@@ -133,6 +139,9 @@ class StepResult:
     embeddings: dict[str, object] = field(default_factory=dict)
     elapsed_ms: float = 0.0
     no_kv_slot: bool = False  # llama_decode found no KV slot: nothing of this step was kept
+    # Per request that drafted (`StepPlan.drafts`), its drafted tokens its sampling picked, in order,
+    # before the one in `samples` (which differed from the next guess, or followed the last)
+    accepted: dict[str, list[Sample]] = field(default_factory=dict)
     # Requests the runner ended with an error of their own, and why (a grammar past its step budget):
     # each has an end-of-generation sample, and the engine ends it as a failed step ends its requests
     errors: dict[str, str] = field(default_factory=dict)

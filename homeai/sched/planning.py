@@ -35,7 +35,8 @@ from homeai.sched.costmodel import StepShape
 from homeai.sched.placement import decode_item
 from homeai.sched.plan import StepPlan
 from homeai.sched.pools import GENERATE, Pool
-from homeai.sched.request import Request
+from homeai.sched.request import RUNNING, Request
+from homeai.sched.settle import PENDING
 from homeai.sched.step import Admissions, Moment, Step
 from homeai.sched.window import eligible_at
 
@@ -57,6 +58,8 @@ class Planning:
         plan.budget_of = self._budget(step, step.decodes, len(decoding))
         version = self.pools.version
         self._grow_decodes(decoding, plan)
+        if self.drafting.settings.enabled and not step.prompt:  # (no interactive prompt needs the room)
+            self._draft(step, plan, decoding)
         usable = self._fill(step, plan)
         if usable is not None or step.deferred > 0:  # background is backlogged: owed its share, once the step ran
             interactive = {r.request_id for r in self.running if r.interactive}
@@ -66,7 +69,7 @@ class Planning:
             self.share.forget()
         # Nothing placed beside the decodes and none of them dropped (a preemption changes the running
         # set): the plan is costed as its decodes were (most steps; a pass over the items else).
-        alone = (self.pools.version == version and not plan.batches[Pool.EMBED]
+        alone = (self.pools.version == version and not plan.batches[Pool.EMBED] and not plan.drafts
                  and sum([len(plan.batches[pool]) for pool in GENERATE]) == len(decoding))
         plan.shape = step.decodes if alone else self.placement.shape(step, plan)
         self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(step, plan)
@@ -82,7 +85,7 @@ class Planning:
         partial = step.reading(self.pools)
         if not partial and not any(self.waiting.values()):
             return None
-        left = plan.budget - len(plan.generating)
+        left = plan.budget - len(plan.generating) - plan.num_drafted
         order = self.policy.order(partial, self.waiting)
         if order is not None:
             self.placement.fill_in_order(step, plan, order, left)
@@ -91,6 +94,39 @@ class Planning:
         if partial or not self.admission.all_refused():  # (else every candidate would be refused: nothing to place)
             self.layout.fill(self.placement, step, plan, left, self.share.reserve(usable, left, step.min_chunk))
         return usable
+
+    def _draft(self, step: Step, plan: StepPlan, decoding: list[Request]) -> None:
+        """Drafted tokens after the decodes of the drafting lanes' answers (interactive first, as
+        `decoding` is ordered), each as many as pay for themselves (`Drafting.length`), within the
+        step's budget, the answer's last token and the cells free in its cache (nothing is evicted or
+        preempted for a guess)."""
+        drafting = self.drafting
+        room = plan.budget - len(decoding)
+        shape = step.decodes
+        limit_ms = max(step.aim, step.cost.predict_ms(shape))  # the readers' step time is not made longer for a guess
+        for r in decoding:
+            if room <= 0:
+                return
+            output = r.output_tokens
+            if (r.status is not RUNNING or not drafting.drafts(r.lane) or r.params.forced_tokens is not None
+                    or output[-1] == PENDING):  # (a plan made ahead: the token before is not known yet)
+                continue
+            guess = drafting.guess(r.request_id, r.prompt_tokens, output)
+            if not guess:
+                continue
+            cells = step.cells[r.pool]
+            k = drafting.length(r.key, r.request_id, step.cost, shape, cells,
+                                min(room, r.max_tokens - len(output) - 1, len(guess)), limit_ms)
+            if not k or not self.pools.kv[r.pool].ensure(r.seq_id, r.num_computed_tokens + 1 + k):
+                continue
+            guess = guess[:k]
+            batch = plan.batches[r.pool]
+            at = next(i for i, item in enumerate(batch) if item.request_id == r.request_id)
+            batch[at] = batch[at]._replace(tokens=output[-1:] + guess)
+            plan.drafts[r.request_id] = guess
+            plan.num_drafted += len(guess)
+            room -= len(guess)
+            shape = shape.plus(StepShape(0, len(guess), len(guess) * cells / 1000.0, 0))  # (as `cost_shape` counts them)
 
     def _first_question(self) -> int | None:
         """The fewest prompt tokens left to read of an interactive request whose member has no

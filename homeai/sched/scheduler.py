@@ -30,6 +30,7 @@ from collections import Counter, deque
 
 from homeai.sched.admission import Admission
 from homeai.sched.costmodel import StepCostModel
+from homeai.sched.draft import DraftSettings, Drafting
 from homeai.sched.fairshare import FairShare
 from homeai.sched.layout import cache_layout
 from homeai.sched.limits import NoRoom, QueueFull, SchedulerLimits, UnknownLane
@@ -55,8 +56,9 @@ class Scheduler(Planning, Settlement):
     requests, queues, pools and rules held here."""
 
     def __init__(self, policies: dict[str, LanePolicy], limits: SchedulerLimits, policy: Policy = HOMEAI,
-                 memory: Memory = Memory()):
-        """`memory`: where the model's sequences may be resumed (the runner's `kv_memory`; a plain cache's by default)."""
+                 memory: Memory = Memory(), drafting: DraftSettings = DraftSettings()):
+        """`memory`: where the model's sequences may be resumed (the runner's `kv_memory`; a plain cache's by
+        default); `drafting`: which lanes' answers draft tokens (none by default: a runner must check them)."""
         self.policies, self.limits, self.policy = policies, limits, policy
         self.layout = cache_layout(limits.interactive_cells)  # chosen once: every rule that differs asks it
         self.pools = KVPools(caches=self.layout.caches(limits.num_cells, limits.num_seqs),
@@ -78,6 +80,9 @@ class Scheduler(Planning, Settlement):
                                    limits.embed_chunked, limits.member_seq_share, self._start, self.layout)
         self.placement = Placement(policies, self.queues, self.pools, self.fair, self.admission, self.share,
                                    self._grow, self._preempt, limits.embed_chunked, self.pacing.tuning.held_step)
+        # Drafting needs a cache cut back where the drafted tokens were refused: not a sliding window's
+        # nor a recurrent state's (`Memory.cut_anywhere`)
+        self.drafting = Drafting(drafting if memory.cut_anywhere else DraftSettings())
         self.requests: dict[str, Request] = {}
         # Requests not finished per (lane, member): fair share's backlogged pairs, kept as requests
         # come and go rather than gathered from every request each step.
@@ -240,6 +245,7 @@ class Scheduler(Planning, Settlement):
         request.status, request.finish_reason = Status.FINISHED, reason
         request.finish_time = now if now is not None else self._clock
         self._done.append(request.request_id)
+        self.drafting.forget(request.request_id)
         if self.requests.pop(request.request_id, None) is not None:
             self._pairs[request.key] -= 1
             if not self._pairs[request.key]:

@@ -136,11 +136,15 @@ class Settlement:
         samples = result.samples if result is not None else None
         requests, policies, counters = self.requests, self.policies, self.fair.counters
         output_cost: dict[str, float] = {}  # per lane: fair share's charge for one output token
+        drafts = plan.drafts
         for item in plan.generating:
             request_id, _, seq_id, start, tokens, sampled, _, _ = item
             request = requests.get(request_id)
             if request is None or request.status is not RUNNING or request.seq_id != seq_id:
                 continue  # aborted or preempted while the step ran (or was planned)
+            if drafts and request_id in drafts:  # (a step with drafts is never settled ahead: the engine's loop)
+                self._settle_drafted(request, start, drafts[request_id], result, now, settled)
+                continue
             if request.num_charged_prompt < len(request.prompt_tokens):  # else nothing to charge (a decode's case)
                 self._charge_prompt(request, item)
             request.num_computed_tokens = start + len(tokens)
@@ -192,6 +196,40 @@ class Settlement:
                 self._finish(request, "stop", now)
                 settled.append(Pending(request, 0, True) if result is None else _embedded(request, result, now))
         return settled
+
+    def _settle_drafted(self, request: Request, start: int, guess: list[int], result: StepResult, now: float,
+                        settled: list) -> None:
+        """A decode that carried drafted tokens (`draft.py`): the guesses its sampling picked and the
+        token after them are its output, all timed now; its cells are those of its last token and the
+        accepted guesses (the runner cut the rest). Fair share is charged every row that ran, accepted
+        or not (an end of generation's row aside, as a decode's is); the pair's acceptance is learnt."""
+        accepted = result.accepted.get(request.request_id, ())
+        self.drafting.learn(request.key, request.request_id, len(guess), len(accepted))
+        request.num_computed_tokens = start + 1 + len(accepted)
+        final = result.samples[request.request_id]
+        self._charge_output(request, len(guess) + (0 if final.is_eog else 1))
+        output, params = request.output_tokens, request.params
+        last = request.last_token_time
+        if request.first_token_time is None:
+            request.first_token_time = now
+        elif last is not None:
+            request.itls.append(now - last)
+        request.itls += [0.0] * len(accepted)  # (they reach the client with the step's last token)
+        request.last_token_time = now
+        for sample in (*accepted, final):
+            if sample.is_eog:
+                self._finish(request, "stop", now)
+                settled.append(Output(request, None, True))
+                return
+            output.append(sample.token)
+            if params.record_logits:
+                request.samples.append(sample)
+            ended = len(output) >= request.max_tokens
+            if ended:
+                self._finish(request, "length", now)
+            settled.append(Output(request, sample, ended))
+            if ended:
+                return
 
     def _ended_late(self, request: Request, ended: bool, now: float, next_plan: StepPlan | None) -> None:
         """An end of generation sampled in a step settled ahead: the request ends "stop" as update()
