@@ -81,6 +81,10 @@ def add_bench_parser(sub) -> list[argparse.ArgumentParser]:
     owui.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     owui.add_argument("--out", default="bench-out", help="folder for owui.json and owui.md")
     owui.add_argument("--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    spec = bsub.add_parser("spec", help="drafted tokens off and on: one talker's tokens/s, and the household mix")
+    spec.add_argument("--reps", type=int, default=3, help="off and on in turn per one-talker workload; medians")
+    spec.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    spec.add_argument("--out", default="bench-out", help="folder for spec.json and spec.md")
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -102,7 +106,7 @@ def add_bench_parser(sub) -> list[argparse.ArgumentParser]:
         w.add_argument("--duration", type=float, default=40.0, help="household/fairness: seconds of arrivals")
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
-    return [bench, engine, grammar, voice, neighbour, http, multi, rmodel, *workloads]
+    return [bench, engine, grammar, voice, neighbour, http, multi, spec, rmodel, *workloads]
 
 
 def cmd_bench(cfg: config_mod.Config, args) -> int:
@@ -156,6 +160,10 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         from homeai.bench import members_bench
 
         return members_bench.main(cfg, args)
+    if args.workload == "spec":
+        from homeai.bench import spec_bench
+
+        return spec_bench.main(cfg, args)
     if args.workload == "owui":
         from homeai.bench import owui_bench
 

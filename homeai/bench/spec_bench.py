@@ -1,0 +1,217 @@
+"""`homeai bench spec`: drafted tokens (`[speculative]`) off and on, in one run, on one engine.
+
+Three workloads, each run with drafting off and on in turn (`--reps` times, medians reported):
+- one talker on a Home Assistant tool-call answer (its system prompt lists the exposed devices, as
+  Home Assistant's does; the answer names one of them and a tool);
+- one talker on a summary that quotes its document;
+- the household mix: a voice and a chat talker, each asking again as soon as answered, beside the
+  background lanes kept saturated (summaries of long documents).
+The talkers answer greedily, so the answers with drafting on are compared token for token with those
+without (`greedy_identical`; llama.cpp's batch noise may part them at a near tie, which the tests
+check as distributions). `speedup` is the one-talker tokens/s ratio (on over off, the smaller of the
+two workloads), `background_ratio` the background's tokens/s in the mix (on over off), and
+`itl_p95_ratio` the talkers' p95 time between tokens as their client sees them (tokens that come in
+one step come together). The engine's drafting is switched between phases (the same engine, cost model
+and thread: `Drafting.settings`), and the acceptance it learnt carries over, as it would on a box.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+
+from homeai.bench.assistant_bench import TOOLS, system_prompt
+from homeai.engine.stream import FinishEvent, TokenEvent
+from homeai.sched.draft import DraftSettings
+from homeai.sched.request import SamplingParams
+
+NOTICE = ("Notice to residents. The council will close Mill Lane between the bridge and the primary school from "
+          "Monday 4 March to Monday 18 March while the water main under the road is replaced. Buses 12 and 14 will "
+          "use Station Road and Church Street instead, and the stop outside the library will move to the corner of "
+          "Church Street. Cars parked on Mill Lane must be moved by Sunday evening. The school stays open, and its "
+          "gate on Orchard Close will be used for the two weeks. Residents can ask questions at the library on "
+          "Wednesday 6 March from six to eight in the evening.")
+DOCUMENT = " ".join(f"Section {i}. " + NOTICE for i in range(1, 5))  # a background summary's document
+
+
+@dataclass(frozen=True)
+class Shape:
+    reps: int = 3  # off and on, in turn, per one-talker workload
+    answer_tokens: int = 96  # each one-talker answer's cap
+    mix_s: float = 20.0  # seconds of each household-mix phase
+    devices: int = 24
+
+
+QUICK = Shape(reps=1, answer_tokens=32, mix_s=4.0, devices=8)
+
+
+def one_talker_prompts(runner, shape: Shape) -> dict[str, list[int]]:
+    tool_call = [{"role": "system", "content": system_prompt(shape.devices, datetime(2026, 12, 6, 8, 30))},
+                 {"role": "user", "content": "Turn on the Kitchen Ceiling Light"}]
+    summary = [{"role": "user", "content": f"Here is a notice:\n\n{NOTICE}\n\nCopy the notice."}]
+    return {"tool_call": list(runner.tokenize(runner.apply_chat_template(tool_call, TOOLS))),
+            "summary": list(runner.tokenize(runner.apply_chat_template(summary)))}
+
+
+def _switch(engine, on: bool, max_draft: int) -> None:
+    with engine.lock:
+        drafting = engine.scheduler.drafting
+        drafting.settings = replace(drafting.settings, enabled=on, max_draft=max_draft)
+
+
+def _answer(engine, tokens: list[int], lane: str, member: str, max_tokens: int) -> tuple[list[int], list[float]]:
+    """A greedy answer, its tokens and each token's arrival time."""
+    out, times = [], []
+    for event in engine.submit(list(tokens), lane=lane, member=member,
+                               params=SamplingParams(temperature=0, max_tokens=max_tokens)):
+        if isinstance(event, TokenEvent):
+            out.append(event.token)
+            times.append(time.perf_counter())
+        elif isinstance(event, FinishEvent) and event.reason not in ("stop", "length"):
+            raise RuntimeError(f"an answer ended {event.reason}: {event.error}")
+    return out, times
+
+
+def one_talker(engine, tokens: list[int], shape: Shape, max_draft: int, progress=print) -> dict:
+    """Off and on in turn: tokens/s of one answer (first token to last), and whether the answers agree."""
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    answers: dict[bool, list[int]] = {}
+    for rep in range(shape.reps):
+        for on in (False, True):
+            _switch(engine, on, max_draft)
+            started = time.perf_counter()
+            out, times = _answer(engine, tokens, "chat", "talker", shape.answer_tokens)
+            elapsed = times[-1] - started if times else 0.0
+            rates[on].append(len(out) / elapsed if elapsed > 0 else 0.0)
+            answers.setdefault(on, out)
+            progress(f"    rep {rep + 1} drafting {'on ' if on else 'off'}: {len(out)} tokens, {rates[on][-1]:.1f} tok/s")
+    off, on = statistics.median(rates[False]), statistics.median(rates[True])
+    return {"off_tok_s": round(off, 2), "on_tok_s": round(on, 2), "speedup": round(on / off, 3) if off else None,
+            "greedy_identical": answers[False] == answers[True], "tokens": len(answers[True]),
+            "off_each": [round(r, 2) for r in rates[False]], "on_each": [round(r, 2) for r in rates[True]]}
+
+
+def household_mix(engine, runner, shape: Shape, on: bool, max_draft: int) -> dict:
+    """A voice and a chat talker asking again as soon as answered, beside two background summaries kept
+    in flight, for `shape.mix_s` seconds: the background's tokens/s and the talkers' gaps between tokens."""
+    _switch(engine, on, max_draft)
+    talker_prompts = one_talker_prompts(runner, shape)
+    document = list(runner.tokenize(runner.apply_chat_template(
+        [{"role": "user", "content": f"Summarise this document in a few sentences.\n\n{DOCUMENT}"}])))
+    stop = threading.Event()
+    gaps: list[float] = []
+    talked = [0]
+    lock = threading.Lock()
+
+    def talker(lane: str, tokens: list[int]) -> None:
+        while not stop.is_set():
+            out, times = _answer(engine, tokens, lane, f"{lane}-talker", shape.answer_tokens)
+            with lock:
+                gaps.extend(b - a for a, b in zip(times, times[1:]))
+                talked[0] += len(out)
+
+    background_done = [0]
+
+    def background(n: int) -> None:
+        while not stop.is_set():
+            stream = engine.submit(list(document), lane="summaries", member=f"indexer{n}",
+                                   params=SamplingParams(temperature=0, max_tokens=64))
+            for event in stream:
+                if isinstance(event, FinishEvent):
+                    with lock:  # what it computed: its prompt (less what it found cached) and its answer
+                        background_done[0] += (event.stats.prompt_tokens - event.stats.cached_tokens
+                                               + event.stats.output_tokens)
+    threads = [threading.Thread(target=background, args=(n,), daemon=True) for n in range(2)]
+    threads += [threading.Thread(target=talker, args=("voice", talker_prompts["tool_call"]), daemon=True),
+                threading.Thread(target=talker, args=("chat", talker_prompts["summary"]), daemon=True)]
+    began = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(shape.mix_s)
+    with engine.lock:  # what the background computed so far, finished or not
+        running = sum(max(r.num_computed_tokens - r.num_cached_tokens, 0) for r in engine.scheduler.running
+                      if not r.interactive) + background_done[0]
+        elapsed = time.perf_counter() - began
+        with lock:
+            talker_tokens, itl = talked[0], sorted(gaps)
+    stop.set()
+    for t in threads:
+        t.join(300)
+    p95 = itl[min(int(0.95 * (len(itl) - 1) + 0.5), len(itl) - 1)] * 1000 if itl else None
+    return {"background_tok_s": round(running / elapsed, 2), "talker_tokens": talker_tokens,
+            "itl_p95_ms": round(p95, 2) if p95 is not None else None}
+
+
+def run(engine, runner, shape: Shape = Shape(), max_draft: int = 8, progress=print) -> dict:
+    prompts = one_talker_prompts(runner, shape)
+    report: dict = {"shape": shape.__dict__, "max_draft": max_draft, "model": runner.info.description}
+    for name, tokens in prompts.items():
+        progress(f"  one talker, {name} ({len(tokens)} prompt tokens)")
+        report[name] = one_talker(engine, tokens, shape, max_draft, progress)
+    progress("  household mix")
+    mix = {}
+    for on in (False, True):
+        mix[on] = household_mix(engine, runner, shape, on, max_draft)
+        progress(f"    drafting {'on ' if on else 'off'}: background {mix[on]['background_tok_s']} tok/s, "
+                 f"talkers' ITL p95 {mix[on]['itl_p95_ms']} ms")
+    report["household"] = {"off": mix[False], "on": mix[True]}
+    off, on = mix[False], mix[True]
+    report["speedup"] = min(report["tool_call"]["speedup"] or 0.0, report["summary"]["speedup"] or 0.0)
+    report["greedy_identical"] = report["tool_call"]["greedy_identical"] and report["summary"]["greedy_identical"]
+    report["background_ratio"] = round(on["background_tok_s"] / off["background_tok_s"], 3) \
+        if off["background_tok_s"] else None
+    report["itl_p95_ratio"] = round(on["itl_p95_ms"] / off["itl_p95_ms"], 3) \
+        if on["itl_p95_ms"] and off["itl_p95_ms"] else None
+    with engine.lock:
+        report["drafting"] = {f"{lane}/{member}": {"drafted": p.drafted, "accepted": p.accepted_total,
+                                                   "rate_fresh": round(p.rate(False), 3),
+                                                   "rate_run": round(p.rate(True), 3)}
+                              for (lane, member), p in engine.scheduler.drafting.pairs.items()}
+    return report
+
+
+def markdown(report: dict, command: str) -> str:
+    rows = [f"# `{command}`", "", f"Model: {report['model']}; up to {report['max_draft']} drafted tokens a step.", "",
+            "| workload | off tok/s | on tok/s | speedup | greedy identical |", "|---|---:|---:|---:|---|"]
+    for name in ("tool_call", "summary"):
+        r = report[name]
+        rows.append(f"| one talker, {name.replace('_', ' ')} | {r['off_tok_s']} | {r['on_tok_s']} | {r['speedup']} | "
+                    f"{'yes' if r['greedy_identical'] else 'no'} |")
+    off, on = report["household"]["off"], report["household"]["on"]
+    rows += ["", "| household mix | off | on | ratio |", "|---|---:|---:|---:|",
+             f"| background tok/s | {off['background_tok_s']} | {on['background_tok_s']} | {report['background_ratio']} |",
+             f"| talkers' ITL p95 ms | {off['itl_p95_ms']} | {on['itl_p95_ms']} | {report['itl_p95_ratio']} |", ""]
+    return "\n".join(rows)
+
+
+def write(report: dict, out: Path, command: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spec.json").write_text(json.dumps({**report, "command": command}, indent=2))
+    (out / "spec.md").write_text(markdown(report, command))
+
+
+def main(cfg, args) -> int:
+    import sys
+    from homeai.app import engine_over, load_runner
+
+    shape = QUICK if args.quick else Shape(reps=args.reps)
+    runner = load_runner(cfg, embeddings=False, grammar=False)
+    engine = engine_over(cfg, runner).start()
+    try:
+        if not engine.scheduler.drafting.settings.lanes:  # (the scheduler leaves none to such a model)
+            print("homeai: this model's cache cannot be cut back to accepted guesses (a sliding window or a "
+                  "recurrent state): it drafts nothing", file=sys.stderr)
+            return 2
+        report = run(engine, runner, shape, max_draft=cfg.speculative.max_draft)
+    finally:
+        engine.stop()
+        runner.close()
+    command = " ".join(["homeai", *sys.argv[1:]])
+    write(report, Path(args.out), command)
+    print(markdown(report, command))
+    return 0
