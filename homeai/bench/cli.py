@@ -84,6 +84,7 @@ def add_bench_parser(sub) -> list[argparse.ArgumentParser]:
     spec = bsub.add_parser("spec", help="drafted tokens off and on: one talker's tokens/s, and the household mix")
     spec.add_argument("--reps", type=int, default=3, help="off and on in turn per one-talker workload; medians")
     spec.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    spec.add_argument("--max-draft", type=int, default=None, help="tokens an answer drafts at most (default: [speculative])")
     spec.add_argument("--out", default="bench-out", help="folder for spec.json and spec.md")
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")

@@ -4,12 +4,12 @@ Three workloads, each run with drafting off and on in turn (`--reps` times, medi
 - one talker on a Home Assistant tool-call answer (its system prompt lists the exposed devices, as
   Home Assistant's does; the answer names one of them and a tool);
 - one talker on a summary that quotes its document;
-- the household mix: a voice and a chat talker, each asking again as soon as answered, beside the
-  background lanes kept saturated (summaries of long documents).
-The talkers answer greedily, so the answers with drafting on are compared token for token with those
-without (`greedy_identical`; llama.cpp's batch noise may part them at a near tie, which the tests
-check as distributions). `speedup` is the one-talker tokens/s ratio (on over off, the smaller of the
-two workloads), `background_ratio` the background's tokens/s in the mix (on over off), and
+- the household mix: a voice and a chat talker, each asking on a fixed schedule (the same questions
+  in both phases), beside the background lanes kept saturated (summaries of long documents).
+The talkers answer greedily, so each rep's answer with drafting on is compared token for token with its
+answer without (`greedy_identical`: every rep; llama.cpp's batch noise may part them at a near tie,
+which the tests check as distributions). `speedup` is the one-talker tokens/s ratio, each answer's
+first token to its last (on over off, medians, the smaller of the two workloads), `background_ratio` the background's tokens/s in the mix (on over off), and
 `itl_p95_ratio` the talkers' p95 time between tokens as their client sees them (tokens that come in
 one step come together). The engine's drafting is switched between phases (the same engine, cost model
 and thread: `Drafting.settings`), and the acceptance it learnt carries over, as it would on a box.
@@ -43,11 +43,12 @@ DOCUMENT = " ".join(f"Section {i}. " + NOTICE for i in range(1, 5))  # a backgro
 class Shape:
     reps: int = 3  # off and on, in turn, per one-talker workload
     answer_tokens: int = 96  # each one-talker answer's cap
-    mix_s: float = 20.0  # seconds of each household-mix phase
+    mix_s: float = 25.0  # seconds of each household-mix phase
+    ask_every_s: float = 5.0  # each talker of the mix asks on this schedule (or at once, when behind)
     devices: int = 24
 
 
-QUICK = Shape(reps=1, answer_tokens=32, mix_s=4.0, devices=8)
+QUICK = Shape(reps=1, answer_tokens=32, mix_s=4.0, ask_every_s=1.0, devices=8)
 
 
 def one_talker_prompts(runner, shape: Shape) -> dict[str, list[int]]:
@@ -78,26 +79,29 @@ def _answer(engine, tokens: list[int], lane: str, member: str, max_tokens: int) 
 
 
 def one_talker(engine, tokens: list[int], shape: Shape, max_draft: int, progress=print) -> dict:
-    """Off and on in turn: tokens/s of one answer (first token to last), and whether the answers agree."""
+    """Off and on in turn: tokens/s of one answer (its first token to its last: the prompt is read alike
+    either way), and whether each rep's two answers are the same tokens."""
     rates: dict[bool, list[float]] = {False: [], True: []}
-    answers: dict[bool, list[int]] = {}
+    same, lengths = [], []
     for rep in range(shape.reps):
+        answers = {}
         for on in (False, True):
             _switch(engine, on, max_draft)
-            started = time.perf_counter()
             out, times = _answer(engine, tokens, "chat", "talker", shape.answer_tokens)
-            elapsed = times[-1] - started if times else 0.0
-            rates[on].append(len(out) / elapsed if elapsed > 0 else 0.0)
-            answers.setdefault(on, out)
+            elapsed = times[-1] - times[0] if len(times) > 1 else 0.0
+            rates[on].append((len(out) - 1) / elapsed if elapsed > 0 else 0.0)
+            answers[on] = out
             progress(f"    rep {rep + 1} drafting {'on ' if on else 'off'}: {len(out)} tokens, {rates[on][-1]:.1f} tok/s")
+        same.append(answers[False] == answers[True])
+        lengths.append(len(answers[True]))
     off, on = statistics.median(rates[False]), statistics.median(rates[True])
     return {"off_tok_s": round(off, 2), "on_tok_s": round(on, 2), "speedup": round(on / off, 3) if off else None,
-            "greedy_identical": answers[False] == answers[True], "tokens": len(answers[True]),
+            "greedy_identical": all(same), "identical_reps": sum(same), "tokens": lengths,
             "off_each": [round(r, 2) for r in rates[False]], "on_each": [round(r, 2) for r in rates[True]]}
 
 
 def household_mix(engine, runner, shape: Shape, on: bool, max_draft: int) -> dict:
-    """A voice and a chat talker asking again as soon as answered, beside two background summaries kept
+    """A voice and a chat talker asking every `shape.ask_every_s`, beside two background summaries kept
     in flight, for `shape.mix_s` seconds: the background's tokens/s and the talkers' gaps between tokens."""
     _switch(engine, on, max_draft)
     talker_prompts = one_talker_prompts(runner, shape)
@@ -109,8 +113,12 @@ def household_mix(engine, runner, shape: Shape, on: bool, max_draft: int) -> dic
     lock = threading.Lock()
 
     def talker(lane: str, tokens: list[int]) -> None:
+        """Asks on a fixed schedule, drafting or not, so both phases put the same questions beside the background."""
+        asked = time.perf_counter()
         while not stop.is_set():
             out, times = _answer(engine, tokens, lane, f"{lane}-talker", shape.answer_tokens)
+            asked += shape.ask_every_s
+            stop.wait(max(asked - time.perf_counter(), 0.0))
             with lock:
                 gaps.extend(b - a for a, b in zip(times, times[1:]))
                 talked[0] += len(out)
@@ -177,11 +185,11 @@ def run(engine, runner, shape: Shape = Shape(), max_draft: int = 8, progress=pri
 
 def markdown(report: dict, command: str) -> str:
     rows = [f"# `{command}`", "", f"Model: {report['model']}; up to {report['max_draft']} drafted tokens a step.", "",
-            "| workload | off tok/s | on tok/s | speedup | greedy identical |", "|---|---:|---:|---:|---|"]
+            "| workload | off tok/s | on tok/s | speedup | greedy answers identical |", "|---|---:|---:|---:|---|"]
     for name in ("tool_call", "summary"):
         r = report[name]
         rows.append(f"| one talker, {name.replace('_', ' ')} | {r['off_tok_s']} | {r['on_tok_s']} | {r['speedup']} | "
-                    f"{'yes' if r['greedy_identical'] else 'no'} |")
+                    f"{r['identical_reps']} of {len(r['off_each'])} reps |")
     off, on = report["household"]["off"], report["household"]["on"]
     rows += ["", "| household mix | off | on | ratio |", "|---|---:|---:|---:|",
              f"| background tok/s | {off['background_tok_s']} | {on['background_tok_s']} | {report['background_ratio']} |",
@@ -199,6 +207,9 @@ def main(cfg, args) -> int:
     import sys
     from homeai.app import engine_over, load_runner
 
+    if args.max_draft is not None and not 1 <= args.max_draft <= 32:
+        print("homeai: --max-draft must be 1..32", file=sys.stderr)
+        return 2
     shape = QUICK if args.quick else Shape(reps=args.reps)
     runner = load_runner(cfg, embeddings=False, grammar=False)
     engine = engine_over(cfg, runner).start()
@@ -207,7 +218,7 @@ def main(cfg, args) -> int:
             print("homeai: this model's cache cannot be cut back to accepted guesses (a sliding window or a "
                   "recurrent state): it drafts nothing", file=sys.stderr)
             return 2
-        report = run(engine, runner, shape, max_draft=cfg.speculative.max_draft)
+        report = run(engine, runner, shape, max_draft=args.max_draft or cfg.speculative.max_draft)
     finally:
         engine.stop()
         runner.close()

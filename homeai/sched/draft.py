@@ -142,28 +142,33 @@ class Drafting:
         return lookup.guess(prompt, output, self.settings.max_draft)
 
     def length(self, key: tuple[str, str], request_id: str, cost: StepCostModel, base: StepShape, cells: int,
-               room: int, limit_ms: float) -> int:
-        """How many of a guess's tokens to draft, at most `room`: where the step's tokens per millisecond
-        are highest (0: none pays), the answer's expected tokens (by its pair's acceptance) against the
-        step's predicted time with the drafts added (each a token attending over `cells`),
-        that time within `limit_ms`. A pair whose guesses stopped paying drafts `PROBE_LENGTH` again
-        after `PROBE_EVERY` guesses passed over, so a member whose answers start echoing is noticed."""
+               room: int, limit_ms: float, displaced: float = 0.0) -> int:
+        """How many of a guess's tokens to draft, at most `room` (0: none pays), by the answer's expected
+        tokens (its pair's acceptance) and the step's predicted time with the drafts added (each a
+        token attending over `cells`), that time within `limit_ms`. In a step with room to spare, where
+        the step's tokens per millisecond are highest. In a step that background's chunks fill
+        (`displaced`: a background token's fair-share weight over the answer's lane's), each drafted
+        token takes a background token's place: where the tokens the answer gains, less those it
+        displaces at that weight, are most. A pair whose guesses stopped paying drafts `PROBE_LENGTH`
+        again after `PROBE_EVERY` guesses passed over (in a step with room), so a member whose answers
+        start echoing is noticed."""
         pair = self.acceptance(key)
         if room <= 0:
             return 0
         rate = pair.rate(request_id in self.runs)
         base_ms = cost.predict_ms(base)
-        best, best_value = 0, base.outputs / base_ms if base_ms > 0 else 0.0
+        best, best_value = 0, 0.0 if displaced else (base.outputs / base_ms if base_ms > 0 else 0.0)
         for k in range(1, room + 1):
             ms = cost.predict_ms(base.plus(StepShape(0, k, k * cells / 1000.0, 0)))  # (`StepPlan.cost_shape`)
             if ms > limit_ms:
                 break
-            value = (base.outputs - 1 + expected_tokens(rate, k)) / ms
+            gained = expected_tokens(rate, k) - 1
+            value = gained - displaced * k if displaced else (base.outputs + gained) / ms
             if value > best_value:
                 best, best_value = k, value
         if best == 0:
             pair.passed += 1
-            if pair.passed >= PROBE_EVERY:
+            if pair.passed >= PROBE_EVERY and not displaced:  # (a probe never takes a background chunk's place)
                 best = min(PROBE_LENGTH, room)
         if best:
             pair.passed = 0

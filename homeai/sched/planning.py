@@ -104,6 +104,7 @@ class Planning:
         room = plan.budget - len(decoding)
         shape = step.decodes
         limit_ms = max(step.aim, step.cost.predict_ms(shape))  # the readers' step time is not made longer for a guess
+        background = self._background_fills(step)  # its weight, when its chunks would take what a guess takes
         for r in decoding:
             if room <= 0:
                 return
@@ -116,7 +117,8 @@ class Planning:
                 continue
             cells = step.cells[r.pool]
             k = drafting.length(r.key, r.request_id, step.cost, shape, cells,
-                                min(room, r.max_tokens - len(output) - 1, len(guess)), limit_ms)
+                                min(room, r.max_tokens - len(output) - 1, len(guess)), limit_ms,
+                                background / self.policies[r.lane].weight)
             if not k or not self.pools.kv[r.pool].ensure(r.seq_id, r.num_computed_tokens + 1 + k):
                 continue
             guess = guess[:k]
@@ -127,6 +129,14 @@ class Planning:
             plan.num_drafted += len(guess)
             room -= len(guess)
             shape = shape.plus(StepShape(0, len(guess), len(guess) * cells / 1000.0, 0))  # (as `cost_shape` counts them)
+
+    def _background_fills(self, step: Step) -> float:
+        """The highest fair-share weight of the background lanes with a prompt to read (waiting, or
+        part-read), whose chunks would fill what a step leaves; 0.0: none has one."""
+        weights = [self.policies[lane].weight for lane, queue in self.waiting.items()
+                   if queue and not self.policies[lane].interactive]
+        weights += [self.policies[r.lane].weight for r in step.reading(self.pools) if not r.interactive]
+        return max(weights, default=0.0)
 
     def _first_question(self) -> int | None:
         """The fewest prompt tokens left to read of an interactive request whose member has no

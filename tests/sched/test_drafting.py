@@ -243,3 +243,28 @@ def test_guesses_never_take_cells_from_anyone():
     sched.add_request(request)
     drain(sched, runner)
     assert len(request.output_tokens) == 9 and request.num_preemptions == 0
+
+
+def test_a_guess_that_would_take_a_background_chunks_place_must_win_more_than_it_takes():
+    drafting, sched = Drafting(ON), scheduler()
+    key = ("chat", "alice")
+    drafting.pairs[key] = Acceptance(accepted=[12.0, 12.0], trials=[20.0, 20.0])  # 60% of guesses held
+    base = StepShape(1, 1, 0.5, 1)
+    assert drafting.length(key, "r", sched.cost, base, 500, 8, 1e9) >= 1, "with room to spare, it pays"
+    assert drafting.length(key, "r", sched.cost, base, 500, 8, 1e9, displaced=1.0) == 0, \
+        "each token a background token of the same weight: a 60% guess never wins one back"
+    assert drafting.length(key, "r", sched.cost, base, 500, 8, 1e9, displaced=0.25) == 2, \
+        "voice's weight is four times background's: two tokens gain 0.96 for 0.5 displaced"
+
+
+def test_background_waiting_makes_guesses_pay_their_way():
+    sched, runner = scheduler(), EchoRunner(wrong=True)
+    talker = echo_request(runner, max_tokens=60)
+    sched.add_request(talker)
+    for n in range(3):
+        sched.add_request(echo_request(runner, lane="summaries", member=f"indexer{n}", num_prompt=3000, max_tokens=4))
+    # 40% of guesses held: a chat token is worth two background tokens, so a guess would gain 0.4 for 0.5
+    sched.drafting.pairs[talker.key] = Acceptance(accepted=[8.0, 8.0], trials=[20.0, 20.0])
+    plans = drain(sched, runner)
+    chunked = [p for p in plans if any(i.request_id != talker.request_id and len(i.tokens) > 1 for i in p.items)]
+    assert chunked and sum(p.num_drafted for p in chunked) == 0, "a 40% guess took a background chunk's place"
