@@ -10,7 +10,8 @@ the same tokens, and sampled ones keep their distribution (a guess is a point ma
 the target and keeping the guess when they agree is the standard acceptance rule for it).
 
 Guesses come from the request's own tokens (`Lookup`, prompt lookup): the longest recent n-gram
-that ends the sequence is found earlier in it, and what followed it then is the guess. The answers
+that ends the sequence is found earlier in it, and what followed it then is the guess; failing
+that, in the member's own latest turns the prompt cache keeps (never another member's). The answers
 a household waits for echo their prompt: a tool call names an entity the prompt listed, a summary
 quotes its document, a follow-up repeats the last answer (the conversation so far is the prompt).
 
@@ -36,6 +37,9 @@ PRIOR_FRESH, PRIOR_RUN, PRIOR_TRIALS = 0.6, 0.8, 2.0
 DECAY = 0.95  # the acceptance learnt counts the last ~20 drafts most
 PROBE_EVERY = 32  # a pair whose guesses stopped paying drafts again after this many guesses passed over
 PROBE_LENGTH = 2
+HISTORY_TURNS = 4  # a member's latest cached turns looked in, when the request's own tokens guess nothing
+HISTORY_TOKENS = 2048  # of each, its last tokens
+HISTORY_KEPT = 64  # earlier turns' lookups kept, at most
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,25 @@ class Lookup:
                 if after is not None:
                     return tokens[after:after + k]
         return []
+
+    def follow(self, tokens: list[int], k: int) -> list[int]:
+        """Up to `k` tokens that followed, in this lookup's tokens, the longest n-gram ending `tokens`
+        (another sequence's: a member's earlier turn, all of it indexed)."""
+        n = len(tokens)
+        for size in range(NGRAM_MAX, NGRAM_MIN - 1, -1):
+            if n >= size:
+                after = self.index.get(tuple(tokens[n - size:]))
+                if after is not None and after < len(self.tokens):
+                    return self.tokens[after:after + k]
+        return []
+
+    @classmethod
+    def of(cls, tokens: list[int]) -> "Lookup":
+        """A lookup over a whole finished sequence (every n-gram indexed)."""
+        lookup = cls()
+        lookup.tokens = tokens
+        lookup._grow(len(tokens))
+        return lookup
 
     def _grow(self, upto: int) -> None:
         """Index the n-grams that end before each position below `upto`, to the position after them."""
@@ -123,6 +146,7 @@ class Drafting:
     settings: DraftSettings = DraftSettings()
     lookups: dict[str, Lookup] = field(default_factory=dict)
     runs: set[str] = field(default_factory=set)  # requests whose last draft was wholly accepted
+    earlier: dict = field(default_factory=dict)  # the prompt cache's entries' lookups, by (pool, seq id)
     pairs: dict[tuple[str, str], Acceptance] = field(default_factory=dict)
 
     def drafts(self, lane: str) -> bool:
@@ -134,12 +158,32 @@ class Drafting:
             pair = self.pairs[key] = Acceptance()
         return pair
 
-    def guess(self, request_id: str, prompt: list[int], output: list[int]) -> list[int]:
-        """Up to `max_draft` tokens guessed to follow a request's tokens (its own lookup)."""
+    def guess(self, request_id: str, prompt: list[int], output: list[int], history=tuple) -> list[int]:
+        """Up to `max_draft` tokens guessed to follow a request's tokens: from its own lookup, else from
+        `history()`, the member's own earlier turns the prompt cache holds (`KVPools.history`: (key,
+        tokens) pairs, latest first; never another member's), asked only then."""
         lookup = self.lookups.get(request_id)
         if lookup is None:
             lookup = self.lookups[request_id] = Lookup()
-        return lookup.guess(prompt, output, self.settings.max_draft)
+        k = self.settings.max_draft
+        found = lookup.guess(prompt, output, k)
+        if found:
+            return found
+        suffix = lookup.tokens[-NGRAM_MAX:]
+        for key, tokens in history():
+            found = self._earlier(key, tokens).follow(suffix, k)
+            if found:
+                return found
+        return []
+
+    def _earlier(self, key, tokens) -> Lookup:
+        """An earlier turn's lookup (its last `HISTORY_TOKENS`), built once while the cache keeps it."""
+        known = self.earlier.get(key)
+        if known is None or known[0] != len(tokens):
+            if len(self.earlier) >= HISTORY_KEPT:
+                self.earlier.clear()
+            known = self.earlier[key] = (len(tokens), Lookup.of(tokens[-HISTORY_TOKENS:].tolist()))
+        return known[1]
 
     def length(self, key: tuple[str, str], request_id: str, cost: StepCostModel, base: StepShape, cells: int,
                room: int, limit_ms: float, displaced: float = 0.0) -> int:

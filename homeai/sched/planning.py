@@ -32,6 +32,7 @@ from operator import attrgetter
 from typing import Callable
 
 from homeai.sched.costmodel import StepShape
+from homeai.sched.draft import HISTORY_TURNS
 from homeai.sched.placement import decode_item
 from homeai.sched.plan import StepPlan
 from homeai.sched.pools import GENERATE, Pool
@@ -112,7 +113,7 @@ class Planning:
             if (r.status is not RUNNING or not drafting.drafts(r.lane) or r.params.forced_tokens is not None
                     or output[-1] == PENDING):  # (a plan made ahead: the token before is not known yet)
                 continue
-            guess = drafting.guess(r.request_id, r.prompt_tokens, output)
+            guess = drafting.guess(r.request_id, r.prompt_tokens, output, lambda: self.pools.history(r, HISTORY_TURNS))
             if not guess:
                 continue
             cells = step.cells[r.pool]

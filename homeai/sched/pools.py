@@ -176,6 +176,14 @@ class KVPools(Reuse):
             kv.release(seq_id)
             self._op(pool, Drop(seq_id))
 
+    def history(self, request: Request, turns: int) -> list[tuple[tuple[Pool, int], np.ndarray]]:
+        """The member's own latest cached sequences (a proxy's user: their own), latest first, at most
+        `turns`: each (pool, seq id) and its tokens. What drafting looks in (`draft.py`), never another's."""
+        mine = [(entry.last_use, pool, entry) for pool, cache in self.cache.items() for entry in cache.entries.values()
+                if entry.member == request.member and entry.group == request.group]
+        mine.sort(key=lambda t: -t[0])
+        return [((pool, entry.seq_id), entry.tokens) for _, pool, entry in mine[:turns]]
+
     def take_ops(self) -> dict[Pool, list[Drop | Copy]]:
         """The cache operations since the last call, per pool, in the order they must run."""
         ops, self._ops = self._ops, {}

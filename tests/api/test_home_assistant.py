@@ -39,10 +39,11 @@ SYSTEM = system_prompt(40, datetime(2026, 12, 1, 7, 30))
 
 @pytest.fixture(scope="module")
 def cfg(module_tmp):
-    """Home Assistant asks no length: the voice lane's answers are capped at 32 tokens (as a household
-    may set it), so a turn's time is not its sampled answer's length."""
+    """Home Assistant asks no length: the voice lane's answers are capped at 48 tokens (as a household
+    may set it), so a turn's time is not its sampled answer's length. (At 32 a sampled tool call,
+    `<tool_call>` and its JSON, was cut before it closed now and then: neither words nor a call.)"""
     return api_config(module_tmp, auth={"required": True}, wyoming={"enabled": True, "port": 0},
-                      lanes={"voice": {"max_tokens": 32}})
+                      lanes={"voice": {"max_tokens": 48}})
 
 
 @pytest.fixture(scope="module")

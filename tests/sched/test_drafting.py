@@ -5,6 +5,7 @@ token at p modulo its length, so a prompt's own n-grams guess it right until the
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from homeai.sched.costmodel import StepShape
@@ -268,3 +269,46 @@ def test_background_waiting_makes_guesses_pay_their_way():
     plans = drain(sched, runner)
     chunked = [p for p in plans if any(i.request_id != talker.request_id and len(i.tokens) > 1 for i in p.items)]
     assert chunked and sum(p.num_drafted for p in chunked) == 0, "a 40% guess took a background chunk's place"
+
+
+def test_a_member_earlier_turns_in_the_prompt_cache_guess_for_them_and_nobody_else():
+    """A new conversation whose answer repeats what an earlier one of the member's said: its own tokens
+    guess nothing, the member's cached turn does. Another member's request finds nothing there."""
+    drafting = Drafting(ON)
+    earlier = np.array([5, 6, 7, 8, 9, 10, 11, 12], dtype=np.int32)
+    history = [(("interactive", 3), earlier)]
+    assert drafting.guess("new", [1, 2], [7, 8], lambda: history) == [9, 10, 11, 12]
+    assert drafting.guess("own", [7, 8, 1, 7, 8], [], lambda: history) == [1, 7, 8], "its own tokens first"
+    sched, runner = scheduler(prompt_cache=True), EchoRunner()
+    first = echo_request(runner, max_tokens=8)
+    sched.add_request(first)
+    drain(sched, runner)
+    assert sched.pools.history(first, 4), "alice's turn stays cached"
+    bob = create_request(member="bob")
+    assert sched.pools.history(bob, 4) == [], "bob's history holds none of alice's turns"
+    alice = create_request(member="alice")
+    assert [key for key, _ in sched.pools.history(alice, 4)] == [key for key, _ in sched.pools.history(first, 4)]
+
+
+def test_an_answer_preempted_between_drafts_resumes_where_its_kept_tokens_end():
+    """alice holds both readers with drafting answers; bob's chat takes one of them (a member's share),
+    and her preempted answer is read again and goes on: every answer the same tokens as without drafting,
+    and the fake model's cache positions always where the scheduler says (`FakeRunner` asserts them)."""
+    outputs = {}
+    for drafting in (DraftSettings(), ON):
+        sched, runner = scheduler(drafting, num_seqs=2, interactive_cells=0), EchoRunner()
+        alice = [echo_request(runner, max_tokens=48) for _ in range(2)]
+        for r in alice:
+            sched.add_request(r)
+        now = 0.0
+        while not all(len(r.output_tokens) >= 4 for r in alice):
+            plan = sched.schedule(now)
+            now += 0.02
+            sched.update(plan, runner.run(plan), now)
+        bob = echo_request(runner, member="bob", max_tokens=8)
+        sched.add_request(bob)
+        drain(sched, runner, now)
+        assert sum(r.num_preemptions for r in alice) >= 1, "bob's chat took none of alice's readers"
+        outputs[drafting.enabled] = [list(r.output_tokens) for r in (*alice, bob)]
+        assert all(len(o) == n for o, n in zip(outputs[drafting.enabled], (48, 48, 8)))
+    assert outputs[True] == outputs[False]
