@@ -196,8 +196,9 @@ def _drafting(cfg: Config, model: Path) -> str:
     if any(key.startswith((f"{arch}.ssm.", f"{arch}.wkv.", f"{arch}.rwkv")) for key in meta):
         return "off for this model: a recurrent state cannot be cut back to the guesses it accepted"
     lanes = ", ".join(sorted(draft_settings(cfg).lanes))
-    return (f"on for {lanes}: up to {sp.max_draft} tokens an answer a step, guessed from its prompt and answer, "
-            "while they pay (learnt per member)")
+    model = f", else by the draft model {sp.draft_path}" if sp.draft_path else ""
+    return (f"on for {lanes}: up to {sp.max_draft} tokens an answer a step, guessed from its prompt and answer"
+            f"{model}, while they pay (learnt per member)")
 
 
 def _threads(cfg: Config) -> str:

@@ -47,6 +47,11 @@ def embedding_model(cfg: Config) -> Path | None:
     return _resolved(cfg, cfg.model.embedding_path) if cfg.model.embedding_path else None
 
 
+def draft_model(cfg: Config) -> Path | None:
+    """The draft model's GGUF (`[speculative] draft_path`), or None."""
+    return _resolved(cfg, cfg.speculative.draft_path) if cfg.speculative.draft_path else None
+
+
 def _resolved(cfg: Config, value: str) -> Path:
     """A configured file, or the file of the local model it names; FileNotFoundError naming it otherwise."""
     models = catalog.folder(cfg.data_dir)

@@ -150,6 +150,12 @@ def household_mix(engine, runner, shape: Shape, on: bool, max_draft: int) -> dic
     for t in threads:
         t.start()
     time.sleep(shape.mix_s)
+    deadline = time.perf_counter() + 20 * shape.mix_s  # on a loaded box: until each talker answered once
+    while time.perf_counter() < deadline:
+        with lock:
+            if len(per_token) >= 2:
+                break
+        time.sleep(0.05)
     with engine.lock:  # what the background computed so far, finished or not
         running = sum(max(r.num_computed_tokens - r.num_cached_tokens, 0) for r in engine.scheduler.running
                       if not r.interactive) + background_done[0]

@@ -69,6 +69,9 @@ def validate(cfg: Config, source: str) -> Config:
     _check(0 < sc.member_seq_share <= 1, source, "scheduler.member_seq_share", "must be in (0, 1]")
     sp = cfg.speculative
     _check(1 <= sp.max_draft <= 32, source, "speculative.max_draft", f"must be 1..32, got {sp.max_draft}")
+    _check(not sp.draft_path or catalog.resolve(sp.draft_path, catalog.folder(cfg.data_dir)) is not None, source,
+           "speculative.draft_path", f"names no file and no local model: {sp.draft_path} (`homeai models` lists them, "
+           "`homeai pull` fetches one)")
     unknown = [lane for lane in sp.lanes if lane not in cfg.lanes]
     _check(not unknown, source, "speculative.lanes", f"names no lane: {', '.join(unknown)} (known: {', '.join(cfg.lanes)})")
     g = cfg.grammar

@@ -124,6 +124,9 @@ class SpeculativeConfig:
     enabled: bool = True
     max_draft: int = 8  # the most tokens one answer drafts in a step (1..32)
     lanes: tuple[str, ...] = ()  # the lanes whose answers draft; empty: the interactive lanes (voice, chat)
+    # A smaller model with the same vocabulary (a GGUF file, or a local model's name: `homeai pull` fetches
+    # one), guessing where an answer's own tokens guess nothing; empty: none
+    draft_path: str = ""
 
 
 @dataclass(frozen=True)

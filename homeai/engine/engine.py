@@ -19,6 +19,7 @@ the `on_death` callbacks hear why (the daemon then exits non-zero, for systemd t
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 import logging
 import threading
 import time
@@ -222,7 +223,7 @@ class Engine(Intake):
             threads = getattr(self.runner, "num_threads", None)  # the core watch may change it in run()
             next_plan = pending = None
             try:
-                if self.plan_ahead and not plan.drafts:  # (the step after drafts starts where they were cut)
+                if self.plan_ahead and not plan.num_drafted:  # (the step after drafts starts where they were cut)
                     result = self.runner.launch(plan)
                     if not result.no_kv_slot and not plan.empty:
                         with self._mutex:
@@ -416,4 +417,5 @@ def draft_settings(cfg) -> DraftSettings:
 def create_engine(cfg, runner) -> Engine:
     """An engine over a loaded runner, with the scheduler limits the config and model allow."""
     ahead = plans_ahead(cfg.scheduler.plan_ahead, cfg.model, runner.info.gpu_offload)
-    return Engine(runner, cfg.lanes, scheduler_limits(cfg, runner.info), plan_ahead=ahead, drafting=draft_settings(cfg))
+    drafting = replace(draft_settings(cfg), model=getattr(runner, "draft", None) is not None)
+    return Engine(runner, cfg.lanes, scheduler_limits(cfg, runner.info), plan_ahead=ahead, drafting=drafting)

@@ -19,6 +19,24 @@ from homeai.sched.request import Sample
 log = logging.getLogger(__name__)
 
 
+def draft_guesses(plan: StepPlan, draft) -> None:
+    """The draft model's guesses for the answers the scheduler asked it of (`StepPlan.model_drafts`), every
+    one in its draft sequence at once (`DraftModel.guesses`): each added to its item's row and to
+    `drafts`; an answer its draft sequence is still catching up with gets none this step."""
+    wants, items = [], []
+    for pool in GENERATE:
+        for item in plan.batches[pool]:
+            asked = plan.model_drafts.get(item.request_id)
+            if asked is not None:
+                prompt, output, k = asked
+                wants.append((draft.seq(pool, item.seq_id), prompt + output, k))
+                items.append(item)
+    for item, guess in zip(items, draft.guesses(wants)):
+        if guess:
+            item.tokens.extend(guess)  # (a decode item's own list: `placement.decode_item`)
+            plan.drafts[item.request_id] = guess
+
+
 def fit_guesses(plan: StepPlan, sampler: Sampler) -> None:
     """Drafted tokens a request's grammar refuses are cut from its row before it is decoded (from the
     first refused one on), and from its draft (`StepPlan.drafts`, which the step is settled by)."""

@@ -29,7 +29,8 @@ from homeai.engine import families, gpu, template
 from homeai.engine.prompt import ChatPrompt, PromptTokens, Source
 from homeai.engine.grammar_check import GrammarChecker
 from homeai.llama.batch import Batch
-from homeai.llama.drafts import fit_guesses, verify
+from homeai.llama.draft_model import DraftModel
+from homeai.llama.drafts import draft_guesses, fit_guesses, verify
 from homeai.llama.grammar import CONVERTER
 from homeai.llama.model import ModelInfo, RunnerError, chat_template_source, control_tokens, flash_attn_type, \
     init_backend, load_model, new_context, reply_markup, tokenize_text
@@ -51,7 +52,7 @@ class Runner:
     schema_converter = CONVERTER  # JSON schemas to GBNF text, for the tools (homeai.tools.formats.base)
 
     def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None,
-                 grammar: GrammarConfig | None = None):
+                 grammar: GrammarConfig | None = None, draft_path: Path | None = None):
         init_backend()
         self.cfg = cfg
         self.grammar_limits = grammar or GrammarConfig()
@@ -96,6 +97,9 @@ class Runner:
         self._pieces: dict[int, bytes] = {}
         self._launched = 0.0  # when the step in flight was launched (`launch`), and what it decoded
         self._decoded: list = []
+        # A draft model guessing for the answers (`[speculative] draft_path`), none for a cache that cannot be cut
+        self.draft = DraftModel(draft_path, cfg, self.vocab, self.kv.interactive or self.kv.main, cfg.n_seq_max,
+                                threads) if draft_path and self.kv_memory.cut_anywhere else None
         self.info = self._info(model_path, embedding_path)
 
     def _info(self, model_path: Path, embedding_path: Path | None) -> ModelInfo:
@@ -195,11 +199,16 @@ class Runner:
             for op in ops:
                 if isinstance(op, Copy):
                     ll.llama_memory_seq_cp(memory, op.src, op.dst, 0, op.length)
-                elif not ll.llama_memory_seq_rm(memory, op.seq_id, op.start, -1):
+                    continue
+                if not ll.llama_memory_seq_rm(memory, op.seq_id, op.start, -1):
                     self._refused_cut(plan, pool, op)
+                if self.draft is not None and pool in GENERATE:
+                    self.draft.drop(pool, op.seq_id, op.start)
         for request_id in plan.done:
             self.sampler.free(request_id)
             self._pooled.pop(request_id, None)
+        if plan.model_drafts and self.draft is not None:
+            draft_guesses(plan, self.draft)
         if plan.drafts:
             fit_guesses(plan, self.sampler)
         result = StepResult()
@@ -259,7 +268,7 @@ class Runner:
         """Every context takes the thread count the core watch gives for this step (n_threads 0)."""
         threads = self.core_watch.threads() if self.core_watch else self.num_threads
         if threads != self.num_threads:
-            for ctx in (self.ctx, self.ictx, self.embed_ctx):
+            for ctx in (self.ctx, self.ictx, self.embed_ctx, self.draft and self.draft.ctx):
                 if ctx:
                     ll.llama_set_n_threads(ctx, threads, threads)
             self.num_threads = threads
@@ -374,11 +383,16 @@ class Runner:
             ll.llama_memory_clear(self.imemory, True)
         if self.embed_memory:
             ll.llama_memory_clear(self.embed_memory, True)
+        if self.draft is not None:
+            ll.llama_memory_clear(self.draft.memory, True)
+            self.draft.held.clear()
 
     def close(self) -> None:
         if self.grammar_checker is not None:
             self.grammar_checker.stop()
         self.sampler.free_all()
+        if self.draft is not None:
+            self.draft.close()
         ll.llama_free(self.embed_ctx)
         if self.ictx:
             ll.llama_free(self.ictx)

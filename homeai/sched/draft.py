@@ -49,6 +49,7 @@ class DraftSettings:
     enabled: bool = False
     max_draft: int = 8  # the most tokens one sequence drafts in a step
     lanes: frozenset[str] = frozenset()  # the lanes whose answers draft (the interactive ones by default)
+    model: bool = False  # the runner has a draft model, to guess where an answer's own tokens guess nothing
 
 
 class Lookup:

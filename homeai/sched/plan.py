@@ -63,6 +63,9 @@ class StepPlan:
     # that token and these, each row sampled in turn. Empty in most steps.
     drafts: dict[str, list[int]] = field(default_factory=dict)
     num_drafted: int = 0
+    # Per request, a draft the runner's draft model is to guess (its prompt, its output so far, the most
+    # tokens): the runner adds the guess to its item and to `drafts` (none while it catches up)
+    model_drafts: dict[str, tuple[list[int], list[int], int]] = field(default_factory=dict)
     background: BackgroundDue | None = None  # None: background had no work waiting (it is owed nothing)
 
     @property

@@ -70,7 +70,7 @@ class Planning:
             self.share.forget()
         # Nothing placed beside the decodes and none of them dropped (a preemption changes the running
         # set): the plan is costed as its decodes were (most steps; a pass over the items else).
-        alone = (self.pools.version == version and not plan.batches[Pool.EMBED] and not plan.drafts
+        alone = (self.pools.version == version and not plan.batches[Pool.EMBED] and not plan.num_drafted
                  and sum([len(plan.batches[pool]) for pool in GENERATE]) == len(decoding))
         plan.shape = step.decodes if alone else self.placement.shape(step, plan)
         self.share.waited_for_first = step.first_token_waits and self.placement.gives_first_token(step, plan)
@@ -114,22 +114,25 @@ class Planning:
                     or output[-1] == PENDING):  # (a plan made ahead: the token before is not known yet)
                 continue
             guess = drafting.guess(r.request_id, r.prompt_tokens, output, lambda: self.pools.history(r, HISTORY_TURNS))
-            if not guess:
+            if not guess and not drafting.settings.model:
                 continue
             cells = step.cells[r.pool]
             k = drafting.length(r.key, r.request_id, step.cost, shape, cells,
-                                min(room, r.max_tokens - len(output) - 1, len(guess)), limit_ms,
-                                background / self.policies[r.lane].weight)
+                                min(room, r.max_tokens - len(output) - 1, len(guess) or drafting.settings.max_draft),
+                                limit_ms, background / self.policies[r.lane].weight)
             if not k or not self.pools.kv[r.pool].ensure(r.seq_id, r.num_computed_tokens + 1 + k):
                 continue
-            guess = guess[:k]
-            batch = plan.batches[r.pool]
-            at = next(i for i, item in enumerate(batch) if item.request_id == r.request_id)
-            batch[at] = batch[at]._replace(tokens=output[-1:] + guess)
-            plan.drafts[r.request_id] = guess
-            plan.num_drafted += len(guess)
-            room -= len(guess)
-            shape = shape.plus(StepShape(0, len(guess), len(guess) * cells / 1000.0, 0))  # (as `cost_shape` counts them)
+            if guess:
+                guess = guess[:k]
+                batch = plan.batches[r.pool]
+                at = next(i for i, item in enumerate(batch) if item.request_id == r.request_id)
+                batch[at] = batch[at]._replace(tokens=output[-1:] + guess)
+                plan.drafts[r.request_id] = guess
+            else:  # the draft model's guess, made by the runner (its item's tokens a list of their own: `decode_item`)
+                plan.model_drafts[r.request_id] = (r.prompt_tokens, output, k)
+            plan.num_drafted += k
+            room -= k
+            shape = shape.plus(StepShape(0, k, k * cells / 1000.0, 0))  # (as `cost_shape` counts them)
 
     def _background_fills(self, step: Step) -> float:
         """The highest fair-share weight of the background lanes with a prompt to read (waiting, or

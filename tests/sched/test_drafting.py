@@ -312,3 +312,36 @@ def test_an_answer_preempted_between_drafts_resumes_where_its_kept_tokens_end():
         outputs[drafting.enabled] = [list(r.output_tokens) for r in (*alice, bob)]
         assert all(len(o) == n for o, n in zip(outputs[drafting.enabled], (48, 48, 8)))
     assert outputs[True] == outputs[False]
+
+
+class DraftModelRunner(EchoRunner):
+    """A fake model whose answers echo nothing (each token a function of its position), with a fake draft
+    model that guesses them right: the runner fills what the scheduler asked of the draft model."""
+
+    def token(self, request_id: str, position: int) -> int:
+        return 5000 + (position * 7919) % 1000
+
+    def run(self, plan):
+        for pool in (Pool.INTERACTIVE, Pool.MAIN):
+            for item in plan.batches[pool]:
+                asked = plan.model_drafts.get(item.request_id)
+                if asked is not None:
+                    guess = [self.token(item.request_id, item.start + 1 + i) for i in range(asked[2])]
+                    item.tokens.extend(guess)
+                    plan.drafts[item.request_id] = guess
+        return super().run(plan)
+
+
+def test_a_draft_model_guesses_where_the_answer_echoes_nothing():
+    steps, outputs = {}, {}
+    for model in (False, True):
+        sched, runner = scheduler(DraftSettings(enabled=True, max_draft=8, lanes=frozenset({"chat"}), model=model)), \
+            DraftModelRunner()
+        request = echo_request(runner, max_tokens=40)
+        sched.add_request(request)
+        plans = drain(sched, runner)
+        steps[model], outputs[model] = len(plans), list(request.output_tokens)
+        asked = sum(len(p.model_drafts) for p in plans)
+        assert (asked > 0) == model, "the draft model is asked only when there is one"
+    assert outputs[True] == outputs[False] and len(outputs[True]) == 40
+    assert steps[True] * 2 < steps[False], steps
