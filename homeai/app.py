@@ -64,10 +64,10 @@ def load_runner(cfg: Config, *, embeddings: bool = True, grammar: bool = True):
     """The model loaded (the only place a `Runner` is built): with the separate embedding model when
     configured (`embeddings`), and `[grammar]`'s limits (`grammar`; the benchmarks take the defaults)."""
     from homeai.llama import Runner  # the only llama_cpp importer: load it when needed
-    from homeai.models import draft_model, embedding_model, generation_model
+    from homeai.models import draft_model, embedding_model, generation_model, projector
 
     return Runner(cfg.model, generation_model(cfg), embedding_model(cfg) if embeddings else None,
-                  grammar=cfg.grammar if grammar else None, draft_path=draft_model(cfg))
+                  grammar=cfg.grammar if grammar else None, draft_path=draft_model(cfg), mmproj_path=projector(cfg))
 
 
 def engine_over(cfg: Config, runner) -> Engine:

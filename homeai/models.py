@@ -52,6 +52,11 @@ def draft_model(cfg: Config) -> Path | None:
     return _resolved(cfg, cfg.speculative.draft_path) if cfg.speculative.draft_path else None
 
 
+def projector(cfg: Config) -> Path | None:
+    """The vision projector's GGUF (`[model] mmproj`), or None: images are not understood."""
+    return _resolved(cfg, cfg.model.mmproj) if cfg.model.mmproj else None
+
+
 def _resolved(cfg: Config, value: str) -> Path:
     """A configured file, or the file of the local model it names; FileNotFoundError naming it otherwise."""
     models = catalog.folder(cfg.data_dir)

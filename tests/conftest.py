@@ -64,6 +64,21 @@ def gemma_runner():
     loaded.close()
 
 
+@pytest.fixture(scope="session")
+def vision_runner(tmp_path_factory):
+    """SmolLM2 with a vision projector of random weights (`homeai bench`'s `random_mmproj`, 576 wide):
+    its image embeddings mean nothing to the model, but they are real inputs read the real way."""
+    from homeai.app import load_runner
+    from homeai.bench.random_mmproj import write_for_model
+    from homeai.models import embedded_gguf
+
+    proj = tmp_path_factory.mktemp("mmproj") / "mmproj-random.gguf"
+    write_for_model(proj, embedded_gguf())
+    loaded = load_runner(small_config(mmproj=str(proj)), embeddings=False, grammar=False)
+    yield loaded
+    loaded.close()
+
+
 @pytest.fixture
 def make_engine(runner):
     """Build engines over the shared runner (one at a time); each is stopped after the test.

@@ -78,7 +78,8 @@ def show(body: ModelRequest, runtime: RuntimeDep, service: ServiceDep, member: C
         card, purposes = served
         form, choice = service.thinking_form(), service.template_choice()
         chat = "generate" in purposes
-        return ollama_models.show(card.path, capabilities=ollama_models.capabilities(purposes, thinks=form.can_think),
+        return ollama_models.show(card.path, capabilities=ollama_models.capabilities(purposes, thinks=form.can_think,
+                                                                                       vision=service.sees()),
                                   context_length=service.context_length(), full_path=member.is_admin,
                                   chat_template=ollama_models.served_template(choice, form) if chat else None,
                                   template=choice.template.source if chat else None)

@@ -55,13 +55,15 @@ def ollama_name(model_id: str) -> str:
 TOOL_CALLING = True
 
 
-def capabilities(purposes: set[str], *, thinks: bool = False) -> list[str]:
+def capabilities(purposes: set[str], *, thinks: bool = False, vision: bool = False) -> list[str]:
     """What `/api/show` says a served model can do (Home Assistant offers tools only with "tools";
-    it and Open WebUI offer the thinking toggle only with "thinking")."""
+    it and Open WebUI offer the thinking toggle only with "thinking"; Home Assistant's AI Task sends
+    camera snapshots only to a model with "vision")."""
     out = []
     if "generate" in purposes:
         out += ["completion", "tools"] if TOOL_CALLING else ["completion"]
         out += ["thinking"] if thinks else []
+        out += ["vision"] if vision else []
     if "embed" in purposes:
         out.append("embedding")
     return out

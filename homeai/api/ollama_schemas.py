@@ -22,7 +22,8 @@ from pydantic import Field, field_validator
 
 from homeai.api.errors import ApiError
 from homeai.api.schemas import MAX_INT64, MAX_TOP_K, MIN_INT64, Body, RequestBody
-from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk, ThinkAsk
+from homeai.engine.prompt import image_mark
+from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, ImageIn, SamplingAsk, ThinkAsk
 from homeai.service.sampling import MAX_STOPS
 
 Format = Literal["json", ""] | dict[str, Any]
@@ -117,9 +118,19 @@ class ChatMessage(Body):
     tool_name: str | None = None  # the tool a `role: "tool"` result answers (Ollama has no call ids)
     thinking: str | None = None  # an earlier reply's thoughts: sent back only to a template that reads them
 
-    def for_template(self) -> dict:
-        """The message as the chat template takes it, tool calls and the tool's name kept."""
-        message: dict[str, Any] = {"role": self.role, "content": self.content or ""}
+    def for_template(self, images: list[ImageIn] | None = None, index: int = 0) -> dict:
+        """The message as the chat template takes it, tool calls and the tool's name kept; its images
+        appended to `images`, their marks (`image_mark`) before its text, as Ollama places them."""
+        content = self.content or ""
+        if self.images and images is not None:
+            if self.role != "user":
+                raise ApiError(400, f"messages.{index}.images: images are read in user messages only")
+            marks = []
+            for i, data in enumerate(self.images):
+                marks.append(image_mark(len(images)) + "\n")
+                images.append(ImageIn(data, f"messages.{index}.images.{i}"))
+            content = "".join(marks) + content
+        message: dict[str, Any] = {"role": self.role, "content": content}
         if self.thinking and self.role == "assistant":
             message["thinking"] = self.thinking
         if self.tool_calls:
@@ -146,18 +157,12 @@ class ChatRequest(Generating):
     tool_choice: str | dict[str, Any] | None = None  # homeai's own (Ollama has none): as on /v1, default "auto"
 
     def ask(self, lane: str, model: str) -> ChatAsk:
-        return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model,
+        images: list[ImageIn] = []
+        messages = [m.for_template(images, i) for i, m in enumerate(self.messages)]
+        return ChatAsk(messages, lane=lane, model=model, images=tuple(images),
                        tools=[t.model_dump(exclude_none=True) for t in self.tools or ()], tool_choice=self.tool_choice,
                        structured=self.format, structured_kind="ollama", sampling=self.sampling(),
                        think=self.think_ask(), streamed=self.stream)
-
-    @field_validator("messages")
-    @classmethod
-    def _text_only(cls, messages):
-        for i, message in enumerate(messages):
-            if message.images:
-                raise ApiError(400, f"messages.{i}.images: this model reads text only; images are not supported")
-        return messages
 
 
 class GenerateRequest(Generating):
@@ -171,14 +176,8 @@ class GenerateRequest(Generating):
         """The prompt as it is (`raw`), else as a user turn after `system` in the chat template."""
         return CompletionAsk(self.prompt, lane=lane, model=model, system=self.system, template=not self.raw,
                              structured=self.format, structured_kind="ollama", sampling=self.sampling(),
-                             think=self.think_ask())
-
-    @field_validator("images")
-    @classmethod
-    def _text_only(cls, images):
-        if images:
-            raise ApiError(400, "images: this model reads text only; images are not supported")
-        return images
+                             think=self.think_ask(),
+                             images=tuple(ImageIn(data, f"images.{i}") for i, data in enumerate(self.images or ())))
 
     @field_validator("suffix")
     @classmethod

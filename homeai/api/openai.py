@@ -33,9 +33,13 @@ def list_models(service: ServiceDep, member: CurrentMember) -> dict:
     """The served models, then the generation model under the names of the lanes the member may use."""
     cards = service.cards()
     created = next(card.created for card in cards if card.purpose == "generate")
-    ids = [(card.id, card.created) for card in cards] + [(name, created) for name in service.lane_names(member)]
-    return {"object": "list", "data": [{"id": id_, "object": "model", "created": when, "owned_by": "homeai"}
-                                       for id_, when in ids]}
+    # what each reads, as llama-server's /props says it (`modalities`): images once a projector is loaded
+    generate = {"vision": service.sees(), "audio": False}
+    ids = [(card.id, card.created, card.purpose) for card in cards]
+    ids += [(name, created, "generate") for name in service.lane_names(member)]
+    return {"object": "list", "data": [{"id": id_, "object": "model", "created": when, "owned_by": "homeai",
+                                        **({"modalities": generate} if purpose == "generate" else {})}
+                                       for id_, when, purpose in ids]}
 
 
 @router.post("/chat/completions")

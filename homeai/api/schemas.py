@@ -29,7 +29,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from homeai.api.errors import ApiError
-from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, SamplingAsk, ThinkAsk
+from homeai.engine.prompt import image_mark
+from homeai.service import ChatAsk, CompletionAsk, EmbedAsk, ImageIn, SamplingAsk, ThinkAsk
 from homeai.service.sampling import MAX_STOPS
 from homeai.service.text import find_invalid_text
 from homeai.service.thinking import check_kwargs
@@ -57,9 +58,17 @@ class RequestBody(Body):
         return data
 
 
+class ImageUrl(Body):
+    url: str
+    detail: str | None = None  # OpenAI's "low" | "high" | "auto": the projector reads an image at its own size
+
+
 class TextPart(Body):
+    """A content part: text, or an image (`image_url`, a data URL: a remote one is never fetched)."""
+
     type: str
     text: str | None = None
+    image_url: ImageUrl | str | None = None  # (some clients send the URL as a string)
 
 
 class FunctionCall(Body):
@@ -83,9 +92,11 @@ class ChatMessage(Body):
     name: str | None = None
     reasoning_content: str | None = None  # an earlier reply's thoughts, as llama-server and vLLM send them
 
-    def for_template(self) -> dict:
+    def for_template(self, images: list[ImageIn] | None = None, index: int = 0) -> dict:
+        """The message as the template takes it; its images (`image_url` parts) appended to `images`,
+        each's mark (`image_mark`) where it sits in the text (`index`: the message's, for errors)."""
         role = "system" if self.role == "developer" else self.role
-        message = {"role": role, "content": self._text()}
+        message = {"role": role, "content": self._text(images, index)}
         if self.tool_calls:
             message["tool_calls"] = [c.model_dump(exclude_none=True) for c in self.tool_calls]
         if self.tool_call_id is not None:
@@ -96,13 +107,24 @@ class ChatMessage(Body):
             message["reasoning_content"] = self.reasoning_content
         return message
 
-    def _text(self) -> str:
+    def _text(self, images: list[ImageIn] | None, index: int) -> str:
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        if any(part.type != "text" for part in self.content):
-            raise ApiError(400, "only text content parts are supported", code="unsupported_content",
-                           param="messages")
-        return "".join(part.text or "" for part in self.content)
+        text = []
+        for i, part in enumerate(self.content):
+            if part.type == "text":
+                text.append(part.text or "")
+            elif part.type == "image_url" and part.image_url is not None and images is not None:
+                if self.role != "user":
+                    raise ApiError(400, "images are read in user messages only", code="unsupported_content",
+                                   param=f"messages.{index}.content.{i}")
+                url = part.image_url if isinstance(part.image_url, str) else part.image_url.url
+                text.append(image_mark(len(images)) + "\n")
+                images.append(ImageIn(url, f"messages.{index}.content.{i}.image_url", url=True))
+            else:
+                raise ApiError(400, f"content parts of type {part.type!r} are not supported (text and image_url are)",
+                               code="unsupported_content", param=f"messages.{index}.content.{i}")
+        return "".join(text)
 
 
 class StreamOptions(Body):
@@ -163,7 +185,9 @@ class ChatCompletionRequest(Sampling):
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         sampling = self.sampling_ask(max_tokens=self.max_completion_tokens or self.max_tokens, logprobs=logprobs,
                                      max_tokens_param=self.max_tokens_param)
-        return ChatAsk([m.for_template() for m in self.messages], lane=lane, model=model, tools=self.tools,
+        images: list[ImageIn] = []
+        messages = [m.for_template(images, i) for i, m in enumerate(self.messages)]
+        return ChatAsk(messages, lane=lane, model=model, tools=self.tools, images=tuple(images),
                        tool_choice=self.tool_choice, parallel_tool_calls=self.parallel_tool_calls,
                        structured=self.response_format, sampling=sampling, documents=self.documents,
                        think=self.think_ask(), streamed=self.stream)

@@ -90,6 +90,7 @@ def add_bench_parser(sub) -> list[argparse.ArgumentParser]:
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
     rmodel.add_argument("--type", default="q8_0", help="weight type: q4_0, q8_0, f16")
+    rmodel.add_argument("--mmproj", metavar="PATH", help="also write a random vision projector for it (images in)")
     workloads = []
     for name, help_text in (("continuous", "static vs continuous batching: N requests, exponential outputs"),
                             ("household", "chats and voice while documents are summarised and embedded"),
@@ -143,7 +144,7 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
     if args.workload == "multiturn":
         return run_multiturn(cfg, args)
     if args.workload == "model":
-        from homeai.bench.random_model import write
+        from homeai.bench.random_model import SHAPES, write
 
         try:
             size = write(Path(args.out), args.shape, args.type)
@@ -152,6 +153,12 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
             return 2
         print(f"{args.out}: {size / 1e6:.0f} MB, random weights in the {args.shape} shape ({args.type});"
               f" set model.path to it to benchmark it")
+        if args.mmproj:
+            from homeai.bench.random_mmproj import n_image_tokens, write_mmproj
+
+            size = write_mmproj(Path(args.mmproj), SHAPES[args.shape].hidden)
+            print(f"{args.mmproj}: {size / 1e6:.1f} MB, a random LLaVA-style vision projector for it"
+                  f" ({n_image_tokens()} tokens an image)")
         return 0
     if args.workload == "assistant":
         from homeai.bench import assistant_bench

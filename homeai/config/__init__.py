@@ -18,12 +18,12 @@ from typing import Any, get_type_hints
 
 from homeai.config.rules import validate
 from homeai.config.sections import (LANE_KEYS, REMOTE_LANES, SECTIONS, AuthConfig, ClientsConfig, Config,
-                                    ConfigError, DatabaseConfig, GrammarConfig, JobsConfig, ModelConfig,
+                                    ConfigError, DatabaseConfig, GrammarConfig, JobsConfig, LimitsConfig, ModelConfig,
                                     RemoteConfig, SchedulerConfig, ServerConfig, SpeculativeConfig, SpeechConfig, TtsConfig,
                                     WyomingConfig)
 from lanes import DEFAULT_POLICIES, LanePolicy
 
-__all__ = ["AuthConfig", "ClientsConfig", "Config", "ConfigError", "DatabaseConfig", "GrammarConfig", "JobsConfig",
+__all__ = ["AuthConfig", "ClientsConfig", "Config", "ConfigError", "DatabaseConfig", "GrammarConfig", "JobsConfig", "LimitsConfig",
            "ModelConfig", "RemoteConfig", "SchedulerConfig", "ServerConfig", "SpeculativeConfig", "SpeechConfig", "TtsConfig",
            "WyomingConfig", "from_dict", "load", "resolve_path", "validate", "with_overrides"]
 

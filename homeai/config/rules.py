@@ -56,7 +56,7 @@ def validate(cfg: Config, source: str) -> Config:
            f"must be auto, on or off, got {m.cuda_graphs!r}")
     _check(m.embed_n_ctx >= 64, source, "model.embed_n_ctx", "must be at least 64")
     _check(1 <= m.embed_n_seq_max <= 256, source, "model.embed_n_seq_max", "must be 1-256")
-    for key in ("path", "embedding_path"):
+    for key in ("path", "embedding_path", "mmproj"):
         p = getattr(m, key)
         _check(not p or catalog.resolve(p, catalog.folder(cfg.data_dir)) is not None, source, f"model.{key}",
                f"names no file and no local model: {p} (`homeai models` lists them, `homeai pull` fetches one)")
@@ -74,6 +74,10 @@ def validate(cfg: Config, source: str) -> Config:
            "`homeai pull` fetches one)")
     unknown = [lane for lane in sp.lanes if lane not in cfg.lanes]
     _check(not unknown, source, "speculative.lanes", f"names no lane: {', '.join(unknown)} (known: {', '.join(cfg.lanes)})")
+    lim = cfg.limits
+    _check(lim.max_image_bytes >= 1024, source, "limits.max_image_bytes", "must be at least 1024")
+    _check(lim.max_image_pixels >= 64 * 64, source, "limits.max_image_pixels", "must be at least 4096 (64 x 64)")
+    _check(0 <= lim.max_images <= 64, source, "limits.max_images", f"must be 0..64, got {lim.max_images}")
     g = cfg.grammar
     _check(g.max_token_ms > 0, source, "grammar.max_token_ms", "must be positive")
     _check(g.step_budget_ms > 0, source, "grammar.step_budget_ms", "must be positive")

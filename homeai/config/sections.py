@@ -86,6 +86,20 @@ class ModelConfig:
     # model's architecture and tokenizer; else a known family's name (`homeai doctor` lists them) or a
     # Jinja2 template file, used instead of the GGUF's.
     chat_template: str = ""
+    # A vision projector beside the model (llama.cpp's mmproj GGUF, or a local model's name: `homeai pull
+    # --mmproj` fetches a repository's): images in chats are then understood. Empty: images are refused.
+    mmproj: str = ""
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """What one request may bring besides text (images: `homeai.api.images`)."""
+
+    max_image_bytes: int = 2_500_000  # one image's file size (also within server.max_body_bytes, as base64)
+    # One image's pixels once decoded: a larger image is scaled down to fit, unless its file declares
+    # more than 4 times this (64 for a JPEG: a decompression bomb), refused before any pixel is decoded.
+    max_image_pixels: int = 4_194_304  # 2048 x 2048
+    max_images: int = 4  # images in one request (all its messages together)
 
 
 @dataclass(frozen=True)
@@ -268,6 +282,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     database: DatabaseConfig = field(default_factory=DatabaseConfig)
     speech: SpeechConfig = field(default_factory=SpeechConfig)
     tts: TtsConfig = field(default_factory=TtsConfig)
@@ -293,7 +308,7 @@ class Config:
 
 SECTIONS = {
     "server": ServerConfig, "auth": AuthConfig, "model": ModelConfig,
-    "scheduler": SchedulerConfig, "speculative": SpeculativeConfig, "database": DatabaseConfig, "speech": SpeechConfig, "tts": TtsConfig, "jobs": JobsConfig,
+    "scheduler": SchedulerConfig, "speculative": SpeculativeConfig, "limits": LimitsConfig, "database": DatabaseConfig, "speech": SpeechConfig, "tts": TtsConfig, "jobs": JobsConfig,
     "wyoming": WyomingConfig, "grammar": GrammarConfig, "clients": ClientsConfig,
 }
 # Lanes the OpenAI routes dispatch; voice answers on its socket and indexing feeds the local index.

@@ -38,6 +38,16 @@ class Intake:
             raise InvalidRequest(str(exc), "lane", "unknown_lane") from exc
         params = params or SamplingParams(max_tokens=policy.max_tokens or 256)
         tokens = self._tokens(prompt, kind)
+        holder = getattr(tokens, "holder", "")  # its images' embeddings, held until it is queued or refused
+        try:
+            return self._queue(tokens, lane, member, params, kind, loop, group, holder)
+        except BaseException:
+            if holder:
+                self.runner.release_images(holder)
+            raise
+
+    def _queue(self, tokens: list[int], lane: str, member: str, params: SamplingParams, kind: Kind,
+               loop: asyncio.AbstractEventLoop | None, group: str, holder: str) -> RequestStream:
         public_len = min(getattr(tokens, "public_len", 0), len(tokens))
         client_len = max(public_len, min(getattr(tokens, "client_len", 0), len(tokens))) if group else public_len
         params = self._check(tokens, params, kind, lane)
@@ -51,7 +61,8 @@ class Intake:
         request = Request(f"req-{next(self._ids)}-{uuid.uuid4().hex[:8]}", lane, member, tokens,
                           self.clock(), kind=kind, params=params, public_len=public_len,
                           group=group, client_len=client_len,
-                          held=params.grammar is not None and not params.grammar.lazy)
+                          held=params.grammar is not None and not params.grammar.lazy,
+                          images=getattr(tokens, "images", ()), whole_images=getattr(tokens, "whole_images", False))
         stream = RequestStream(request, self, loop)
         with self.lock:
             if not self._accepting:
@@ -63,6 +74,8 @@ class Intake:
                 self.counters["rejected"][lane] += 1
                 raise
             self.streams[request.request_id] = stream
+            if holder:  # (before its first step: the runner lets them go when it ends)
+                self.runner.hold_images(holder, request.request_id)
             self.lock.notify_all()
         return stream
 
@@ -74,11 +87,13 @@ class Intake:
                 raise InvalidRequest("the prompt is empty", "prompt")
             embed = kind is Kind.EMBED
             return self.runner.tokenize(prompt, embedding=embed, special=not embed)
+        if isinstance(prompt, PromptTokens) and prompt.images:  # the runner's own, its images' placeholders in it
+            return prompt
         tokens = [int(t) for t in prompt]
         if not tokens:
             raise InvalidRequest("the prompt is empty", "prompt")
         n_vocab = self.runner.info.n_vocab
-        if any(t < 0 or t >= n_vocab for t in tokens):
+        if any(t < 0 or t >= n_vocab for t in tokens):  # (a client's ids are never images: those come as pictures)
             raise InvalidRequest(f"prompt token ids must be in [0, {n_vocab})", "prompt")
         return PromptTokens(tokens, prompt.public_len, prompt.client_len) if isinstance(prompt, PromptTokens) else tokens
 

@@ -75,11 +75,24 @@ class Part:
     source: Source
 
 
+# Where a message's i-th image sits in its text (`image_mark(i)`): a secret of this process, so no
+# member's text can name an image; the runner's tokenizer puts the image's tokens there
+# (`homeai.llama.vision`). Images the template or a fit dropped are not read.
+_IMAGE_SECRET = secrets.token_hex(12)
+IMAGE_MARK = re.compile(rf"<__image_{_IMAGE_SECRET}_(\d+)__>")
+
+
+def image_mark(index: int) -> str:
+    return f"<__image_{_IMAGE_SECRET}_{index}__>"
+
+
 @dataclass(frozen=True)
 class ChatPrompt:
-    """A rendered chat prompt, in the parts the runner tokenizes apart."""
+    """A rendered chat prompt, in the parts the runner tokenizes apart, and the images its marks name."""
 
     parts: tuple[Part, ...]
+    images: tuple = ()  # homeai.service.images.Picture, the i-th where `image_mark(i)` is
+    holder: str = ""  # who holds its images' embeddings until its request is queued (one a request)
 
     @property
     def text(self) -> str:
@@ -93,10 +106,14 @@ class PromptTokens(list):
     another user of the same trusted proxy may share. A copy or a slice is a plain list, whose
     public length is 0: nothing shared."""
 
-    def __init__(self, tokens: Sequence[int], public_len: int, client_len: int | None = None):
+    def __init__(self, tokens: Sequence[int], public_len: int, client_len: int | None = None,
+                 images: tuple[tuple[int, int], ...] = (), whole_images: bool = False, holder: str = ""):
         super().__init__(tokens)
         self.public_len = public_len
         self.client_len = public_len if client_len is None else max(public_len, client_len)
+        # Each image's placeholder span [start, end); whether a span is read in one step; and who holds
+        # their embeddings until the request is queued (`homeai.llama.vision.Vision.hold`)
+        self.images, self.whole_images, self.holder = images, whole_images, holder
 
 
 # Compared or measured by templates (Mistral wants 9-character call ids), so only their control-token

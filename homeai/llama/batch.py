@@ -63,3 +63,26 @@ class Batch:
         self.num_outputs = outputs  # the rows llama.cpp computes logits for
         return last
 
+
+class EmbdBatch(Batch):
+    """A batch of embeddings (an image's rows from the projector, `vision`), one sequence id a row, no
+    logits: the same buffers, the tokens' array unused."""
+
+    def __init__(self, capacity: int, n_embd: int):
+        super().__init__(capacity)
+        self.embd = np.zeros((capacity, n_embd), dtype=np.float32)
+        self.c.token = None
+        self.c.embd = self.embd.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+    def fill_embeddings(self, rows: list[tuple[int, int, np.ndarray]]) -> None:
+        """Rows are (seq_id, start position, embeddings)."""
+        n = 0
+        for seq_id, start, embd in rows:
+            k = len(embd)
+            self.embd[n:n + k] = embd
+            self.pos[n:n + k] = np.arange(start, start + k, dtype=np.int32)
+            self.seq[n:n + k] = seq_id
+            n += k
+        self.logits[:n] = 0
+        self.num_outputs = 0
+        self.c.n_tokens = n

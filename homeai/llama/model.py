@@ -43,6 +43,7 @@ class ModelInfo:
     system_info: str
     interactive_n_ctx: int = 0  # cells of the interactive lanes' own cache (0: they share the main one)
     kv: kvsize.Sizes | None = None  # how the generation caches were sized, and what their cells cost
+    mmproj_path: str = ""  # the vision projector read beside the model ("": images are not understood)
 
 
 _LOG_KEEP = {ll.GGML_LOG_LEVEL_ERROR} if hasattr(ll, "GGML_LOG_LEVEL_ERROR") else {4}

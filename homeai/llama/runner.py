@@ -26,9 +26,10 @@ import numpy as np
 
 from homeai.config import GrammarConfig, ModelConfig
 from homeai.engine import families, gpu, template
-from homeai.engine.prompt import ChatPrompt, PromptTokens, Source
+from homeai.engine.errors import InvalidRequest
+from homeai.engine.prompt import IMAGE_MARK, ChatPrompt, PromptTokens, Source
 from homeai.engine.grammar_check import GrammarChecker
-from homeai.llama.batch import Batch
+from homeai.llama.batch import Batch, EmbdBatch
 from homeai.llama.draft_model import DraftModel
 from homeai.llama.drafts import draft_guesses, fit_guesses, verify
 from homeai.llama.grammar import CONVERTER
@@ -36,6 +37,7 @@ from homeai.llama.model import ModelInfo, RunnerError, chat_template_source, con
     init_backend, load_model, new_context, reply_markup, tokenize_text
 from homeai.llama.sampling import SAMPLE_REST, GrammarOverBudget, Sampler, grammar_sampler
 from homeai.llama.sizing import model_kv_sizes
+from homeai.llama.vision import Vision, runs
 from homeai.threads import CoreWatch
 from homeai.sched.request import Grammar, Sample
 from homeai.sched.pools import GENERATE, Copy, Drop, Pool
@@ -52,7 +54,8 @@ class Runner:
     schema_converter = CONVERTER  # JSON schemas to GBNF text, for the tools (homeai.tools.formats.base)
 
     def __init__(self, cfg: ModelConfig, model_path: Path, embedding_path: Path | None = None,
-                 grammar: GrammarConfig | None = None, draft_path: Path | None = None):
+                 grammar: GrammarConfig | None = None, draft_path: Path | None = None,
+                 mmproj_path: Path | None = None):
         init_backend()
         self.cfg = cfg
         self.grammar_limits = grammar or GrammarConfig()
@@ -100,6 +103,11 @@ class Runner:
         # A draft model guessing for the answers (`[speculative] draft_path`), none for a cache that cannot be cut
         self.draft = DraftModel(draft_path, cfg, self.vocab, self.kv.interactive or self.kv.main, cfg.n_seq_max,
                                 threads) if draft_path and self.kv_memory.cut_anywhere else None
+        # The vision projector (`[model] mmproj`): images in prompts, read as embeddings (`vision`)
+        n_embd = ll.llama_model_n_embd(self.model)
+        self.vision = Vision(mmproj_path, self.model, n_embd, threads, self.draft is None and
+                             bool(ll.llama_supports_gpu_offload()) and cfg.n_gpu_layers != 0) if mmproj_path else None
+        self.embd_batch = EmbdBatch(cfg.n_batch, n_embd) if self.vision else None
         self.info = self._info(model_path, embedding_path)
 
     def _info(self, model_path: Path, embedding_path: Path | None) -> ModelInfo:
@@ -116,7 +124,8 @@ class Runner:
             embed_max_tokens=self.cfg.embed_n_ctx, embed_chunked=bool(self.embed_memory),
             gpu_offload=bool(ll.llama_supports_gpu_offload()),
             system_info=ll.llama_print_system_info().decode(errors="replace").strip(),
-            interactive_n_ctx=self.kv.interactive, kv=self.kv)
+            interactive_n_ctx=self.kv.interactive, kv=self.kv,
+            mmproj_path=str(self.vision.path) if self.vision else "")
 
     # ---- text ------------------------------------------------------------------
 
@@ -139,16 +148,59 @@ class Runner:
         if add_special and ll.llama_vocab_get_add_bos(self.vocab) and ll.llama_vocab_bos(self.vocab) >= 0:
             tokens.append(ll.llama_vocab_bos(self.vocab))
         public_len = client_len = None  # where the first text a member wrote starts; and a user
-        for part in prompt.parts:
-            if public_len is None and part.source in (Source.CLIENT, Source.MEMBER):
-                public_len = len(tokens)
-            if client_len is None and part.source is Source.MEMBER:
-                client_len = len(tokens)
-            tokens += tokenize_text(self.vocab, part.text, False, part.source is Source.TEMPLATE)
+        images: list[tuple[int, int]] = []  # each image's placeholder span
+        holder = (prompt.holder or f"prompt-{id(prompt)}-{time.monotonic_ns()}") if prompt.images else ""
+        whole = False
+        try:
+            for part in prompt.parts:
+                if public_len is None and part.source in (Source.CLIENT, Source.MEMBER):
+                    public_len = len(tokens)
+                if client_len is None and part.source is Source.MEMBER:
+                    client_len = len(tokens)
+                template = part.source is Source.TEMPLATE
+                if not prompt.images or template:
+                    tokens += tokenize_text(self.vocab, part.text, False, template)
+                    continue
+                at = 0
+                for mark in IMAGE_MARK.finditer(part.text):  # the image's tokens where its mark is
+                    tokens += tokenize_text(self.vocab, part.text[at:mark.start()], False, False)
+                    at = mark.end()
+                    encoded = self._image(prompt.images, int(mark.group(1)), holder)
+                    images.append((len(tokens) + encoded.start, len(tokens) + encoded.start + encoded.n))
+                    whole = whole or encoded.whole
+                    tokens += encoded.tokens
+                tokens += tokenize_text(self.vocab, part.text[at:], False, False)
+        except BaseException:
+            if holder:
+                self.vision.release(holder)
+            raise
         if add_special and ll.llama_vocab_get_add_eos(self.vocab) and ll.llama_vocab_eos(self.vocab) >= 0:
             tokens.append(ll.llama_vocab_eos(self.vocab))
         return PromptTokens(tokens, len(tokens) if public_len is None else public_len,
-                            len(tokens) if client_len is None else client_len)
+                            len(tokens) if client_len is None else client_len,
+                            images=tuple(images), whole_images=whole, holder=holder)
+
+    def _image(self, pictures: tuple, index: int, holder: str):
+        if self.vision is None:
+            raise InvalidRequest("this model has no vision projector ([model] mmproj): it cannot read images",
+                                 "images", "images_unsupported")
+        if index >= len(pictures):
+            raise InvalidRequest("an image mark names no image", "images", "invalid_image")
+        encoded = self.vision.encoded(pictures[index], holder)
+        if encoded.whole and encoded.n > self.cfg.n_batch:
+            raise InvalidRequest(f"this projector reads an image of {encoded.n} tokens in one step, more than "
+                                 f"model.n_batch ({self.cfg.n_batch})", "images", "image_too_large")
+        return encoded
+
+    def hold_images(self, holder: str, request_id: str) -> None:
+        """The images a prompt holds (`PromptTokens.holder`) are its queued request's until it ends."""
+        if self.vision is not None and holder:
+            self.vision.hold(holder, request_id)
+
+    def release_images(self, holder: str) -> None:
+        """A prompt that was not queued lets its images go."""
+        if self.vision is not None and holder:
+            self.vision.release(holder)
 
     def piece(self, token: int) -> bytes:
         """A token's bytes; special tokens (end of turn, ...) render as nothing, except the reply's
@@ -207,6 +259,8 @@ class Runner:
         for request_id in plan.done:
             self.sampler.free(request_id)
             self._pooled.pop(request_id, None)
+            if self.vision is not None:
+                self.vision.release(request_id)
         if plan.model_drafts and self.draft is not None:
             draft_guesses(plan, self.draft)
         if plan.drafts:
@@ -287,6 +341,16 @@ class Runner:
             if not group:
                 continue
             ctx = self._context(pool)
+            begun = []  # this pool's items with rounds of images kept before its last decode
+            if self.vision is not None and any(len(i.tokens) > 1 and min(i.tokens) < 0 for i in group):
+                begun = group
+                group, rc = self._decode_images(pool, ctx, group)  # then its text's last rows, as below
+                if rc != 0:
+                    self._undo(decoded, rc, result)
+                    return []
+                if not group:
+                    decoded.append((pool, begun, [], 0))
+                    continue
             if plan.drafts:  # a drafted decode reads logits at every token (`verify`)
                 drafts = plan.drafts
                 rows = self.batch.fill([(i.seq_id, i.start, i.tokens,
@@ -295,17 +359,70 @@ class Runner:
                 rows = self.batch.fill([(i.seq_id, i.start, i.tokens, i.sample) for i in group])
             rc = ll.llama_decode(ctx, self.batch.c)
             if rc != 0:
-                for done_pool, done, _, _ in decoded:  # undo the contexts already decoded: the step keeps nothing
-                    for i in done:
-                        if not ll.llama_memory_seq_rm(self._memory(done_pool), i.seq_id, i.start, -1):
-                            raise RunnerError(f"llama.cpp could not undo sequence {i.seq_id}'s step")
-            if rc == 1:  # no KV slot: llama.cpp restored the cache; the scheduler shrinks or preempts
-                result.no_kv_slot = True
+                self._undo(decoded + [(pool, begun, None, 0)], rc, result)
                 return []
-            if rc != 0:
-                raise RunnerError(f"llama_decode failed with code {rc}")
             decoded.append((pool, group, rows, self.batch.num_outputs))
+            if begun:  # (undone from each item's first token if a later pool fails; nothing sampled)
+                decoded.append((pool, begun, [], 0))
         return decoded
+
+    def _undo(self, decoded: list, rc: int, result: StepResult) -> None:
+        """A decode failed: undo the contexts already decoded (the step keeps nothing). No KV slot
+        (rc 1): llama.cpp restored the failed one's cache; the scheduler shrinks or preempts."""
+        for done_pool, done, _, _ in decoded:
+            for i in done:
+                if not ll.llama_memory_seq_rm(self._memory(done_pool), i.seq_id, i.start, -1):
+                    raise RunnerError(f"llama.cpp could not undo sequence {i.seq_id}'s step")
+        if rc == 1:
+            result.no_kv_slot = True
+            return
+        raise RunnerError(f"llama_decode failed with code {rc}")
+
+    def _decode_images(self, pool: Pool, ctx, group: list[ScheduledItem]) -> tuple[list[ScheduledItem], int]:
+        """A pool's step with image placeholders in it: each item's chunk in runs of text and of image
+        (`vision.runs`), read in rounds, a run of each item a round, the runs aligned to the last round,
+        so that every item's last rows (its sampled row) are in the last round's token batch, decoded
+        last. Each round decodes its images' embeddings (`EmbdBatch`; causal attention off for a
+        projector that reads an image whole), then its text. Returns the last round's text items (their
+        tokens that last text run), for the caller's one `llama_decode` of them; and a failed decode's code
+        (its rounds so far undone)."""
+        split = [runs(i.tokens) if len(i.tokens) > 1 else [(False, 0, i.tokens)] for i in group]
+        rounds = max(map(len, split))
+        whole = self.vision.whole
+        for r in range(rounds):
+            last = r == rounds - 1
+            images, texts = [], []
+            for item, parts in zip(group, split):
+                j = r - (rounds - len(parts))
+                if j < 0:
+                    continue
+                is_image, offset, tokens = parts[j]
+                if is_image:
+                    images.append((item.seq_id, item.start + offset, self.vision.rows(np.asarray(tokens))))
+                elif not last:
+                    texts.append((item.seq_id, item.start + offset, tokens, False))
+            rc = 0
+            if images:
+                self.embd_batch.fill_embeddings(images)
+                if whole:
+                    ll.llama_set_causal_attn(ctx, False)
+                rc = ll.llama_decode(ctx, self.embd_batch.c)
+                if whole:
+                    ll.llama_set_causal_attn(ctx, True)
+            if rc == 0 and texts:
+                self.batch.fill(texts)
+                rc = ll.llama_decode(ctx, self.batch.c)
+            if rc != 0:
+                for i in group if r else ():  # the rounds before were kept: undone too
+                    if not ll.llama_memory_seq_rm(self._memory(pool), i.seq_id, i.start, -1):
+                        raise RunnerError(f"llama.cpp could not undo sequence {i.seq_id}'s step")
+                return [], rc
+        tail = []
+        for item, parts in zip(group, split):
+            is_image, offset, tokens = parts[-1]
+            if not is_image:
+                tail.append(item._replace(start=item.start + offset, tokens=tokens))
+        return tail, 0
 
     def _outputs(self, ctx, n: int) -> np.ndarray:
         """The logits of the context's last decode, in place: its `n` output rows (the batch's tokens
@@ -393,6 +510,8 @@ class Runner:
         self.sampler.free_all()
         if self.draft is not None:
             self.draft.close()
+        if self.vision is not None:
+            self.vision.close()
         ll.llama_free(self.embed_ctx)
         if self.ictx:
             ll.llama_free(self.ictx)

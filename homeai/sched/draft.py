@@ -167,12 +167,12 @@ class Drafting:
         if lookup is None:
             lookup = self.lookups[request_id] = Lookup()
         k = self.settings.max_draft
-        found = lookup.guess(prompt, output, k)
+        found = _text(lookup.guess(prompt, output, k))
         if found:
             return found
         suffix = lookup.tokens[-NGRAM_MAX:]
         for key, tokens in history():
-            found = self._earlier(key, tokens).follow(suffix, k)
+            found = _text(self._earlier(key, tokens).follow(suffix, k))
             if found:
                 return found
         return []
@@ -230,3 +230,10 @@ class Drafting:
     def forget(self, request_id: str) -> None:
         self.lookups.pop(request_id, None)
         self.runs.discard(request_id)
+
+
+def _text(guess: list[int]) -> list[int]:
+    """A guess up to the first image placeholder (a negative id, `homeai.llama.vision`): an answer is text."""
+    if guess and min(guess) < 0:
+        return guess[:next(i for i, t in enumerate(guess) if t < 0)]
+    return guess

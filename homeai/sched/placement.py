@@ -150,6 +150,8 @@ class Placement:
                                                                           lambda victim: self.preempt(victim, plan)):
             return 0
         n = min(n, request.num_remaining)  # admission may have found part of it cached
+        if request.whole_images:  # an image read whole is not cut (a step may then carry more than its room)
+            n = request.chunk_end(request.num_computed_tokens, n)
         if not self.grow(request, request.num_computed_tokens + n, plan):
             return 0
         plan.batches[request.pool].append(item(request, n))

@@ -114,7 +114,7 @@ class Planning:
                     or output[-1] == PENDING):  # (a plan made ahead: the token before is not known yet)
                 continue
             guess = drafting.guess(r.request_id, r.prompt_tokens, output, lambda: self.pools.history(r, HISTORY_TURNS))
-            if not guess and not drafting.settings.model:
+            if not guess and (not drafting.settings.model or r.images):  # (a draft model reads no images)
                 continue
             cells = step.cells[r.pool]
             k = drafting.length(r.key, r.request_id, step.cost, shape, cells,

@@ -141,6 +141,21 @@ class Request:
     # takes it whole, not a token at a time, so it decodes as fast as steps allow, not at reading pace.
     held: bool = False
     prompt_array: object = field(default=None, repr=False)  # the prompt as a numpy array, for prefix matching
+    # Its images' placeholder spans [start, end) in the prompt (`homeai.llama.vision`: negative ids), and
+    # whether each is read in one step (a projector whose image attends to all of itself: Gemma 3)
+    images: tuple[tuple[int, int], ...] = ()
+    whole_images: bool = False
+
+    def chunk_end(self, start: int, n: int) -> int:
+        """How many of the `n` tokens from `start` a chunk may read: not ending inside an image read
+        whole (it stops before the image, or, starting at it, reads all of it)."""
+        if not self.whole_images:
+            return n
+        end = start + n
+        for first, last in self.images:
+            if first < end < last:
+                return last - start if start >= first else first - start
+        return n
 
     @property
     def key(self) -> tuple[str, str]:

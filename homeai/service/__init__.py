@@ -7,12 +7,12 @@ framework; `homeai.api` and `homeai.wyoming` sit above it, `homeai.engine` below
 """
 
 from homeai.service.answer import Answer, Call, Done, Failed, Text, Thinking, Usage, Whole
-from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings, ThinkAsk
+from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings, ImageIn, ThinkAsk
 from homeai.service.core import Service
 from homeai.service.errors import ServiceError
 from homeai.service.rights import Caller
 from homeai.service.sampling import SamplingAsk
 from homeai.service.speaking import Speaking
 
-__all__ = ["Answer", "Call", "Caller", "ChatAsk", "CompletionAsk", "Done", "EmbedAsk", "Embeddings", "Failed",
+__all__ = ["Answer", "Call", "Caller", "ChatAsk", "CompletionAsk", "Done", "EmbedAsk", "Embeddings", "Failed", "ImageIn",
            "SamplingAsk", "Service", "ServiceError", "Speaking", "Text", "Thinking", "ThinkAsk", "Usage", "Whole"]

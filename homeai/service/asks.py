@@ -22,6 +22,17 @@ class ThinkAsk:
 
 
 @dataclass(frozen=True)
+class ImageIn:
+    """An image as a client sent it, read in a worker (`homeai.service.images`): Ollama's base64, or
+    OpenAI's `image_url` (a data URL). Its message's text holds `homeai.engine.prompt.image_mark(i)`
+    where it sits, i its index in the ask's `images`."""
+
+    data: str
+    param: str  # the field it came in, for errors (`messages.1.images.0`)
+    url: bool = False  # OpenAI's image_url (data URLs only), else Ollama's base64 (or a data URL)
+
+
+@dataclass(frozen=True)
 class ChatAsk:
     messages: list[dict]  # as the chat template takes them (role, content, tool_calls, ...)
     lane: str  # resolved by `service.lane` (checked again)
@@ -37,6 +48,7 @@ class ChatAsk:
     prompt_param: str = "messages"  # the request field the prompt came from, for errors
     think: ThinkAsk = field(default_factory=ThinkAsk)
     streamed: bool = False  # the answer is streamed: someone reads it as it is written (never a background task)
+    images: tuple[ImageIn, ...] = ()  # the messages' images, each where its mark is in their text
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,7 @@ class CompletionAsk:
     sampling: SamplingAsk = field(default_factory=SamplingAsk)
     prompt_param: str = "prompt"
     think: ThinkAsk = field(default_factory=ThinkAsk)  # with `template`: as a chat's
+    images: tuple[ImageIn, ...] = ()  # with `template`: before the prompt in its user turn
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from homeai.engine import usage
 from homeai.engine.engine import Engine, RequestStream
 from homeai.engine.state import EngineState
 from homeai.sched.request import Kind
+from homeai.engine.prompt import image_mark
 from homeai.service import clients, names, prompts, sampling, thinking, words
 from homeai.service.answer import Answer
 from homeai.service.asks import ChatAsk, CompletionAsk, EmbedAsk, Embeddings
@@ -162,6 +163,10 @@ class Service:
         """`name` without Ollama's `:latest` or a lane's `:<lane>`."""
         return names.split(_untagged(name), self.cfg.lanes)[0]
 
+    def sees(self) -> bool:
+        """Whether the served model reads images (a vision projector is loaded beside it)."""
+        return bool(self.runner().info.mmproj_path)
+
     def context_length(self) -> int:
         engine = self.engine()
         return engine.max_seq_len_for("chat") if "chat" in engine.policies else engine.max_seq_len
@@ -249,8 +254,10 @@ class Service:
         limit = chat_lane.prompt_limit(engine.max_seq_len_for(lane), params.max_tokens) if ask.fit == "latest" else None
         # a reply held to a format from its first token has no room for a thought
         think = thinking.held(ask.think) if grammar is not None and plan is None else ask.think
+        prompts.check_images(runner, ask.images, self.cfg.limits)
         prompter = prompts.Prompter(runner, plan, think,
-                                    client=clients.client_preamble(self.cfg, ask.messages, documents=bool(docs)))
+                                    client=clients.client_preamble(self.cfg, ask.messages, documents=bool(docs)),
+                                    images=ask.images, limits=self.cfg.limits)
         tokens = partial(prompts.chat_tokens, runner, ask.messages, prompter, docs=docs, limit=limit)
         stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param, group=caller.group)
@@ -284,12 +291,18 @@ class Service:
         think = thinking.held(ask.think) if grammar is not None else ask.think
         system = [{"role": "system", "content": ask.system}] if ask.system else []
         client = clients.client_preamble(self.cfg, system)
-        prompter = prompts.Prompter(runner, None, think, client=client) if ask.template else None
+        if ask.images and not ask.template:
+            raise ServiceError(400, "images need the chat template: a raw prompt cannot hold them",
+                               code="invalid_value", param=ask.images[0].param)
+        prompts.check_images(runner, ask.images, self.cfg.limits)
+        prompter = prompts.Prompter(runner, None, think, client=client, images=ask.images,
+                                    limits=self.cfg.limits) if ask.template else None
+        marks = "".join(image_mark(i) + "\n" for i in range(len(ask.images)))  # the images first, as Ollama's
 
         def prompt():
             if prompter is None:
                 return ask.prompt
-            return prompter([*system, {"role": "user", "content": ask.prompt}])
+            return prompter([*system, {"role": "user", "content": marks + ask.prompt}])
 
         stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,
                               prompt_param=ask.prompt_param, group=caller.group)

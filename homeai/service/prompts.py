@@ -9,13 +9,16 @@ service calls it in a worker thread. Bad input is a ServiceError naming the fiel
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+
 from homeai import tools
-from homeai.config import GrammarConfig
+from homeai.config import GrammarConfig, LimitsConfig
 from homeai.engine.engine import PromptTooLong
 from homeai.engine.grammar_check import GrammarBusy
 from homeai.sched.request import Grammar
-from homeai.service import thinking, thoughts
-from homeai.service.asks import ThinkAsk
+from homeai.service import images as image_files, thinking, thoughts
+from homeai.service.asks import ImageIn, ThinkAsk
 from homeai.service.errors import ServiceError
 from lanes import chat as chat_lane
 
@@ -45,13 +48,30 @@ class Prompter:
     `opened`: whether the last prompt rendered left a thought open, so the reply starts in it.
     `client`: whether its tools and leading system messages are the client's (`Source.CLIENT`)."""
 
-    def __init__(self, runner, plan: tools.ToolPlan | None, think: ThinkAsk | None = None, client: bool = True):
+    def __init__(self, runner, plan: tools.ToolPlan | None, think: ThinkAsk | None = None, client: bool = True,
+                 images: tuple[ImageIn, ...] = (), limits: LimitsConfig | None = None):
         self.runner, self.plan, self.think, self.client = runner, plan, think or ThinkAsk(), client
         self.form = thinking.form_of(runner.chat.template)
         self.extra = thinking.variables(self.form, self.think) or None
         self.opened = False
+        self.images, self.limits = images, limits or LimitsConfig()
+        self.pictures: tuple | None = None  # the images read, at the first rendering (in the worker)
+        self.holder = f"prompt-{uuid.uuid4().hex}" if images else ""  # (`ChatPrompt.holder`)
 
     def __call__(self, messages: list[dict]):
+        prompt = self._prompt(messages)
+        if not self.images:
+            return prompt
+        if self.pictures is None:
+            self.pictures = read_images(self.images, self.limits)
+        return dataclasses.replace(prompt, images=self.pictures, holder=self.holder)
+
+    def release(self) -> None:
+        """Its prompt was not queued: the images it holds in the runner go."""
+        if self.holder:
+            self.runner.release_images(self.holder)
+
+    def _prompt(self, messages: list[dict]):
         messages = thinking.history(messages, self.form)
         plan = self.plan
         if plan is None:  # no tools now, but the history may hold calls and results in any client's shape
@@ -98,4 +118,34 @@ def chat_tokens(runner, messages: list[dict], prompter: Prompter, *, docs: str =
     try:
         return chat_lane.build_prompt(messages, docs, limit, template=prompter, tokenize=runner.tokenize)
     except chat_lane.TooLong as e:  # the engine's refusal, so every protocol reports it alike
+        prompter.release()
         raise PromptTooLong(e.num_tokens, e.limit) from None
+    except BaseException:
+        prompter.release()
+        raise
+
+
+def check_images(runner, images: tuple[ImageIn, ...], limits: LimitsConfig) -> None:
+    """Refuse images a model without a projector cannot read, and too many of them (before any is read)."""
+    if not images:
+        return
+    if not runner.info.mmproj_path:
+        raise ServiceError(400, "this model cannot read images: it has no vision projector ([model] mmproj)",
+                           code="images_unsupported", param=images[0].param)
+    try:
+        image_files.check_count(len(images), limits)
+    except image_files.ImageRefused as e:
+        raise ServiceError(400, str(e), code="too_many_images", param=images[-1].param) from None
+
+
+def read_images(images: tuple[ImageIn, ...], limits: LimitsConfig) -> tuple:
+    """The images read and checked (`homeai.service.images`: in a worker, they take a while), or a 400
+    naming the one at fault."""
+    pictures = []
+    for image in images:
+        try:
+            pictures.append(image_files.from_url(image.data, limits) if image.url
+                            else image_files.from_base64(image.data, limits))
+        except image_files.ImageRefused as e:
+            raise ServiceError(400, f"{image.param}: {e}", code="invalid_image", param=image.param) from None
+    return tuple(pictures)
