@@ -14,7 +14,7 @@ from homeai import catalog
 from homeai.api.connections import Caps
 from homeai.config import Config
 from homeai.gguf_header import context_length, kv_bytes_per_cell, metadata
-from homeai.models import embedded_gguf, embedding_model, generation_model
+from homeai.models import embedded_gguf, embedding_model, generation_model, projector
 
 MEMORY_SLACK = 0.9  # llama.cpp's compute buffers, the CUDA context and the system need the rest
 
@@ -58,6 +58,7 @@ def facts(cfg: Config) -> dict:
         out["model"] = f"MISSING: {e}"
         out["chat_template"] = out["kv_caches"] = out["speculative"] = "unknown (no model)"
         template_warning = None
+    out["images"] = _images(cfg)
     out["turn_formats"] = _turn_formats()
     emb = embedding_model(cfg)
     out["embedding_model"] = f"{emb} ({_size(emb)})" if emb else "the generation model, mean-pooled"
@@ -201,6 +202,28 @@ def _drafting(cfg: Config, model: Path) -> str:
             f"{model}, while they pay (learnt per member)")
 
 
+MROPE_PROJECTORS = ("qwen2vl_merger", "qwen2.5vl_merger", "qwen3vl_merger", "qwen25o")  # M-RoPE positions
+
+
+def _images(cfg: Config) -> str:
+    """Whether images are understood: the projector (`[model] mmproj`) as its GGUF header says it."""
+    if not cfg.model.mmproj:
+        return "not understood (no [model] mmproj): images are refused with a 400"
+    try:
+        path = projector(cfg)
+    except FileNotFoundError as e:
+        return f"MISSING: {e}"
+    meta = metadata(path)
+    kind = meta.get("clip.projector_type") or meta.get("clip.vision.projector_type") or "unknown"
+    if not meta.get("clip.has_vision_encoder", False):
+        return f"NOT READ: {path} has no vision encoder (an audio projector?)"
+    if kind in MROPE_PROJECTORS:
+        return f"NOT READ: {path} ({kind}) places images with M-RoPE positions, which homeai does not read yet"
+    size = meta.get("clip.vision.image_size", "?")
+    return (f"understood, by {path} ({_size(path)}, a {kind} projector, images read at {size} px), "
+            f"at most {cfg.limits.max_images} a request, {cfg.limits.max_image_bytes:,} bytes each")
+
+
 def _threads(cfg: Config) -> str:
     if cfg.model.n_threads:
         return f"{cfg.model.n_threads} (config)"
@@ -243,7 +266,7 @@ def render(info: dict) -> str:
               "use_extra_bufts": "CPU extra buffer types", "cpu_features": "CPU features",
               "threads": "llama.cpp threads", "openmp_wait": "OpenMP wait policy",
               "model": "generation model", "chat_template": "chat template", "turn_formats": "turn formats built in",
-              "kv_caches": "KV caches", "speculative": "drafted tokens",
+              "kv_caches": "KV caches", "speculative": "drafted tokens", "images": "images",
               "embedding_model": "embedding model",
               "speech_model": "speech model", "tts_voice": "speech out (piper voice)", "data_dir": "data directory", "database": "database",
               "listen": "listens on", "connections": "HTTP connections", "memory": "model memory"}

@@ -24,6 +24,8 @@ def add_model_parsers(subparsers) -> list[argparse.ArgumentParser]:
     pull = subparsers.add_parser("pull", help="download a GGUF model from Hugging Face into the data directory")
     pull.add_argument("name", help="hf.co/<org>/<repo>[:<quantisation or file>], e.g. "
                                    "hf.co/bartowski/Llama-3.2-3B-Instruct-GGUF:Q4_K_M")
+    pull.add_argument("--mmproj", action="store_true",
+                      help="also fetch the repository's vision projector (images in chats), as <repo>:mmproj")
     pull.set_defaults(func=cmd_pull)
     models = subparsers.add_parser("models", help="local models: list (default) or rm NAME")
     msub = models.add_subparsers(dest="action")
@@ -41,8 +43,11 @@ def cmd_pull(cfg: config_mod.Config, args) -> int:
     from homeai.pull import PullError, pull
 
     bar = _Bar()
+    projector = None
     try:
         model = pull(args.name, catalog.folder(cfg.data_dir), bar.report)
+        if getattr(args, "mmproj", False):
+            projector = pull(args.name, catalog.folder(cfg.data_dir), bar.report, projector=True)
     except PullError as e:
         bar.close()
         print(f"homeai: {e}", file=sys.stderr)
@@ -52,8 +57,12 @@ def cmd_pull(cfg: config_mod.Config, args) -> int:
         print(f"homeai: interrupted; `homeai pull {args.name}` again resumes it", file=sys.stderr)
         return 130
     bar.close()
-    print(f"pulled {model.name} ({model.size / 1e9:.2f} GB) to {model.path}\n"
-          f"to serve it: set model.path = \"{model.name}\" in {_config_name(cfg)} and restart homeai")
+    print(f"pulled {model.name} ({model.size / 1e9:.2f} GB) to {model.path}")
+    if projector is not None:
+        print(f"pulled {projector.name} ({projector.size / 1e9:.2f} GB) to {projector.path}")
+    print(f"to serve it: set model.path = \"{model.name}\""
+          + (f" and model.mmproj = \"{projector.name}\"" if projector is not None else "")
+          + f" in {_config_name(cfg)} and restart homeai")
     return 0
 
 

@@ -99,15 +99,21 @@ def endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
+PROJECTOR_TAG = "mmproj"
+PROJECTOR_TYPES = ("F16", "BF16", "F32", "Q8_0")  # in the order one is chosen
+
+
 def pull(name: str, models: Path, report: Callable[[Step], None] = lambda step: None,
-         cancel: threading.Event | None = None) -> LocalModel:
-    """Fetch `name` into `models`, checked, and record it; the local model. PullError on failure."""
+         cancel: threading.Event | None = None, projector: bool = False) -> LocalModel:
+    """Fetch `name` into `models`, checked, and record it; the local model (with `projector`: the
+    repository's vision projector instead). PullError on failure."""
     report(Step("pulling manifest"))
-    return fetch(plan(name), models, report, cancel)
+    return fetch(plan(name, projector), models, report, cancel)
 
 
-def plan(name: str) -> Plan:
-    """The files `name` stands for in its repository; PullError listing what it has when none match."""
+def plan(name: str, projector: bool = False) -> Plan:
+    """The files `name` stands for in its repository (or its projector's); PullError listing what it has
+    when none match."""
     try:
         hub = catalog.parse(name)
     except ValueError as e:
@@ -118,11 +124,30 @@ def plan(name: str) -> Plan:
     url = endpoint()
     with _hub_errors(hub.repo, url):
         tree = list(HfApi(endpoint=url).list_repo_tree(hub.repo, recursive=True, revision=REVISION))
-    ggufs = [RemoteFile(f.path, f.size, f.lfs.sha256 if f.lfs else "", f.blob_id) for f in tree
-             if isinstance(f, RepoFile) and f.path.lower().endswith(".gguf") and "mmproj" not in f.path.lower()
+    files = [RemoteFile(f.path, f.size, f.lfs.sha256 if f.lfs else "", f.blob_id) for f in tree
+             if isinstance(f, RepoFile) and f.path.lower().endswith(".gguf")
              and ".." not in f.path.split("/") and not f.path.startswith("/")]
-    files, tag = choose(ggufs, hub)
-    return Plan(HubName(hub.repo, tag), tuple(files), url)
+    if projector:
+        return Plan(HubName(hub.repo, PROJECTOR_TAG), (choose_projector(files, hub),), url)
+    ggufs = [f for f in files if "mmproj" not in f.path.lower()]
+    chosen, tag = choose(ggufs, hub)
+    return Plan(HubName(hub.repo, tag), tuple(chosen), url)
+
+
+def choose_projector(files: list[RemoteFile], hub: HubName) -> RemoteFile:
+    """The repository's vision projector: the file the tag names, else by `PROJECTOR_TYPES`, else the smallest."""
+    projectors = [f for f in files if "mmproj" in f.path.lower()]
+    if not projectors:
+        raise PullError(f"{hub.repo} has no vision projector (an mmproj GGUF): its model reads text only", 404)
+    if hub.tag and hub.tag.lower().endswith(".gguf"):
+        named = [f for f in projectors if hub.tag.lower() in (f.path.lower(), f.path.rsplit("/", 1)[-1].lower())]
+        if named:
+            return named[0]
+    for kind in PROJECTOR_TYPES:
+        typed = [f for f in projectors if f.quant == kind]
+        if typed:
+            return min(typed, key=lambda f: f.size)
+    return min(projectors, key=lambda f: f.size)
 
 
 def fetch(chosen: Plan, models: Path, report: Callable[[Step], None] = lambda step: None,

@@ -58,7 +58,8 @@ def tags(runtime: RuntimeDep, service: ServiceDep, member: CurrentMember) -> dic
     served = [Listed.of_card(card) for card in service.cards()]  # a 503 while the model loads
     served += [dataclasses.replace(served[0], name=ollama_models.ollama_name(name))  # the alias as `home:latest`
                for name in service.lane_names(member)]
-    local = [Listed.of_local(model) for model in catalog.listed(_models(runtime))]
+    local = [Listed.of_local(model) for model in catalog.listed(_models(runtime))
+             if not ollama_models.is_projector(str(model.path))]  # (a vision projector is no model to chat with)
     names = {model.name for model in served}  # a hand-placed file served is listed once
     return {"models": [ollama_models.tag_entry(model) for model in served + [m for m in local if m.name not in names]]}
 

@@ -45,6 +45,11 @@ class Listed:
         return cls(ollama_name(model.name), str(model.path), model.size, pulled or digest(str(model.path)))
 
 
+def is_projector(path: str) -> bool:
+    """Whether a GGUF is a vision projector (`homeai pull --mmproj`), not a model."""
+    return metadata(path).get("general.architecture") == "clip"
+
+
 def ollama_name(model_id: str) -> str:
     """`<id>:latest`, or a local model's name as it is (it has its tag: `hf.co/<org>/<repo>:Q4_K_M`)."""
     return model_id if ":" in model_id else f"{model_id}:{TAG}"

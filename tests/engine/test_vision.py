@@ -153,3 +153,29 @@ def test_a_preempted_image_request_reads_its_picture_again_alike(vision_runner, 
     assert isinstance(list(stream)[-1], FinishEvent)
     mean_kl, agree = compare(alone, [s.logits for s in request.samples])
     assert mean_kl < 0.05 and all(agree), (mean_kl, agree)
+
+
+def test_doctor_says_whether_images_are_understood(tmp_path):
+    from homeai import doctor
+    from homeai.bench.random_mmproj import write_for_model
+    from homeai.config import from_dict
+    from homeai.models import embedded_gguf
+
+    assert "not understood" in doctor.facts(from_dict({}))["images"]
+    proj = tmp_path / "mmproj.gguf"
+    write_for_model(proj, embedded_gguf())
+    said = doctor.facts(from_dict({"model": {"mmproj": str(proj)}}))["images"]
+    assert said.startswith("understood") and "mlp projector" in said and "64 px" in said
+    assert "images" in doctor.render(doctor.facts(from_dict({"model": {"mmproj": str(proj)}})))
+
+
+def test_a_projector_for_another_model_stops_the_start(tmp_path):
+    from homeai.bench.random_mmproj import write_mmproj
+    from homeai.llama import RunnerError
+    from homeai.app import load_runner
+    from tests.conftest import small_config
+
+    proj = tmp_path / "mmproj-64.gguf"
+    write_mmproj(proj, 64)  # the tiny shape's width, not SmolLM2's 576
+    with pytest.raises(RunnerError, match="could not load the projector"):
+        load_runner(small_config(mmproj=str(proj)), embeddings=False, grammar=False)

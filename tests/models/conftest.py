@@ -25,6 +25,16 @@ def tiny_gguf(tmp_path_factory) -> bytes:
 
 
 @pytest.fixture(scope="session")
+def tiny_mmproj(tmp_path_factory) -> bytes:
+    """A vision projector for the tiny shape (`homeai bench model --mmproj`: random weights, 64 wide)."""
+    from homeai.bench.random_mmproj import write_mmproj
+
+    path = tmp_path_factory.mktemp("mmproj") / "mmproj.gguf"
+    write_mmproj(path, 64)
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="session")
 def tiny_split(tmp_path_factory, tiny_gguf) -> dict[str, bytes]:
     """The tiny model split in three parts as llama.cpp's gguf-split writes them (`-0000k-of-00003.gguf`,
     the tensors spread over the parts): file name -> bytes. llama.cpp loads it from the first part."""
@@ -57,13 +67,14 @@ def other_bytes(data: bytes, mark: bytes) -> bytes:
 
 
 @pytest.fixture
-def hub(tiny_gguf, tiny_split, monkeypatch):
+def hub(tiny_gguf, tiny_split, tiny_mmproj, monkeypatch):
     from huggingface_hub import constants
 
     stand_in = Hub()
     stand_in.add(TINY, "tiny-Q8_0.gguf", tiny_gguf)
     stand_in.add(TINY, "tiny-Q4_K_M.gguf", other_bytes(tiny_gguf, b"q4km"))
-    stand_in.add(TINY, "mmproj-tiny-F16.gguf", other_bytes(tiny_gguf, b"proj"))
+    stand_in.add(TINY, "mmproj-tiny-F32.gguf", other_bytes(tiny_mmproj, b"f32!"))
+    stand_in.add(TINY, "mmproj-tiny-F16.gguf", tiny_mmproj)
     stand_in.add(TINY, "README.md", b"# tiny\n")
     for name, data in tiny_split.items():
         stand_in.add(SPLIT, f"Q8_0/{name}", data)

@@ -96,3 +96,10 @@ def test_ctrl_c_keeps_the_part_and_the_next_pull_resumes(env, hub, tmp_path, tin
     assert homeai(env, "pull", name).returncode == 0
     assert hub.ranges == [f"bytes={kept}-"]
     assert (tmp_path / "data" / "homeai" / "models" / "hf.co" / TINY / "big-Q6_K.gguf").read_bytes() == big
+
+
+def test_pull_with_mmproj_fetches_the_projector_and_says_how_to_serve_both(env):
+    pulled = homeai(env, "pull", f"{TINY}:q8_0", "--mmproj")
+    assert pulled.returncode == 0, pulled.stderr
+    assert f'set model.path = "{NAME}" and model.mmproj = "hf.co/{TINY}:mmproj"' in pulled.stdout
+    assert "mmproj-tiny-F16.gguf" in pulled.stdout

@@ -261,3 +261,20 @@ def test_interrupted_pulls_can_be_forgotten_but_not_while_a_pull_runs(hub, model
     hub.delay_s, hub.ranges = 0.0, []
     pull.pull(f"hf.co/{TINY}:Q8_0", models)
     assert hub.ranges == [None]  # started over
+
+
+def test_a_repositorys_vision_projector_is_pulled_as_a_model_of_its_own(hub, models, tiny_mmproj, tmp_path):
+    from homeai import doctor
+    from homeai.config import from_dict
+    from homeai.models import projector
+
+    model, steps = steps_of(f"hf.co/{TINY}", models, projector=True)
+    assert model.name == f"hf.co/{TINY}:mmproj" and model.path.name == "mmproj-tiny-F16.gguf"  # f16 over f32
+    assert model.path.read_bytes() == tiny_mmproj and steps[-1].status == "success"
+    assert catalog.resolve(f"hf.co/{TINY}:mmproj", models) == model.path
+    cfg = from_dict({"server": {"data_dir": str(models.parent)}, "model": {"mmproj": f"hf.co/{TINY}:mmproj"}})
+    assert projector(cfg) == model.path
+    assert doctor.facts(cfg)["images"].startswith(f"understood, by {model.path}")
+    assert "no vision projector" in str(refused(f"hf.co/{SPLIT}", models, projector=True))
+    chosen = steps_of(f"hf.co/{TINY}:mmproj-tiny-F32.gguf", models, projector=True)[0]
+    assert chosen.path.name == "mmproj-tiny-F32.gguf"  # a file named is the one pulled
