@@ -342,7 +342,7 @@ class Runner:
                 continue
             ctx = self._context(pool)
             begun = []  # this pool's items with rounds of images kept before its last decode
-            if self.vision is not None and any(len(i.tokens) > 1 and min(i.tokens) < 0 for i in group):
+            if self.vision is not None and any(min(i.tokens) < 0 for i in group):  # (a chunk of one placeholder too)
                 begun = group
                 group, rc = self._decode_images(pool, ctx, group)  # then its text's last rows, as below
                 if rc != 0:
@@ -386,7 +386,7 @@ class Runner:
         projector that reads an image whole), then its text. Returns the last round's text items (their
         tokens that last text run), for the caller's one `llama_decode` of them; and a failed decode's code
         (its rounds so far undone)."""
-        split = [runs(i.tokens) if len(i.tokens) > 1 else [(False, 0, i.tokens)] for i in group]
+        split = [runs(i.tokens) for i in group]
         rounds = max(map(len, split))
         whole = self.vision.whole
         for r in range(rounds):

@@ -112,6 +112,14 @@ def test_an_image_read_in_chunks_beside_others_reads_as_it_does_whole_and_alone(
     assert mean_kl < 0.05 and all(agree), (mean_kl, agree)
 
 
+def test_an_image_read_a_token_a_step_reads_alike(vision_runner, make_vision_engine):
+    prompt = image_prompt(vision_runner, [picture(7)])
+    whole = logits_of(make_vision_engine(), prompt, n=2)
+    one_by_one = logits_of(make_vision_engine(max_step_tokens=1, min_chunk=1), prompt, n=2)  # a chunk of one placeholder
+    mean_kl, agree = compare(whole, one_by_one)
+    assert mean_kl < 0.05 and all(agree), (mean_kl, agree)
+
+
 def test_a_follow_up_about_the_same_picture_is_not_encoded_again_and_finds_its_cells(vision_runner,
                                                                                     make_vision_engine):
     vision = vision_runner.vision
