@@ -1,9 +1,11 @@
-"""What text a file holds: plain text, Markdown, HTML (scripts and styles stripped) or PDF.
+"""What a file holds: text from plain text, Markdown, HTML (scripts and styles stripped) or PDF; or a photo.
 
-`read_file(path, scope)` returns the raw bytes and their hash, or a `Skip` naming why the
-file cannot be read (a broken link, a FIFO, a permission, a link out of the indexed folders).
-`extract_text(path, data)` returns the text, or a `Skip` for binary data, a damaged or
-encrypted PDF, or a file with no text.
+`read_file(path, scope, photos=...)` returns the raw bytes and their hash, or a `Skip` naming why the
+file cannot be read (a broken link, a FIFO, a permission, a link out of the indexed folders, a binary
+file, a photo when the model reads no images). A photo is an image file, known by its suffix or, for
+a binary file, its first bytes (PNG, JPEG, WebP, GIF, BMP); its text is what the model sees in it
+(`homeai.jobs.indexer`). `extract_text(path, data)` returns a document's text, or a `Skip` for binary
+data, a damaged or encrypted PDF, or a file with no text.
 Nothing here raises for a bad file: a bad file is a reason, not a crash.
 """
 
@@ -19,12 +21,15 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from homeai.jobs.scope import OUTSIDE, Scope
+from homeai.service.images import MAGIC as IMAGE_MAGIC
 
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+PHOTO_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"}
 SNIFF_BYTES = 8192
 MAX_FILE_BYTES = 64 * 2**20  # a household document is smaller; a video is not a document
 BINARY = "binary file (not text, Markdown, HTML or PDF)"
 NOT_REGULAR = "unreadable: not a regular file (a FIFO, socket or device)"
+NO_EYES = "a photo: the model reads no images ([model] mmproj)"
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,14 @@ class FileData:
     content_hash: str  # sha256 of the bytes
     size: int
     mtime: float
+    photo: bool = False  # an image file: its text is what the model sees in it
 
 
-def read_file(path: Path, scope: Scope) -> FileData | Skip:
+def read_file(path: Path, scope: Scope, *, photos: bool = False) -> FileData | Skip:
     """The file's bytes, or why they are not worth reading: never blocks on a FIFO or a device,
-    reads only the first few KB of a binary file (a photo library costs little), and reads
-    nothing the `scope` does not admit, even if the path becomes a link while it is read."""
+    reads only the first few KB of a binary file, and of a photo unless `photos` (the model reads
+    images: a photo library costs little otherwise), and reads nothing the `scope` does not admit,
+    even if the path becomes a link while it is read."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -64,12 +71,22 @@ def read_file(path: Path, scope: Scope) -> FileData | Skip:
             if not _opened_in_scope(f, path, scope):
                 return Skip(OUTSIDE)
             head = f.read(SNIFF_BYTES)
-            if b"\x00" in head and not head.startswith(b"%PDF-"):
+            photo = is_photo(path, head)
+            if photo and not photos:
+                return Skip(NO_EYES)
+            if b"\x00" in head and not photo and not head.startswith(b"%PDF-"):
                 return Skip(BINARY)
             data = head + f.read()
     except OSError as e:
         return Skip(f"unreadable: {e.strerror or e}")
-    return FileData(data, hashlib.sha256(data).hexdigest(), len(data), st.st_mtime)
+    return FileData(data, hashlib.sha256(data).hexdigest(), len(data), st.st_mtime, photo)
+
+
+def is_photo(path: Path, head: bytes) -> bool:
+    """An image file, by its suffix or, in a binary file (a text may begin "BM"), its magic bytes."""
+    if path.suffix.lower() in PHOTO_SUFFIXES:
+        return True
+    return b"\x00" in head and (head.startswith(IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP"))
 
 
 def _opened_in_scope(f, path: Path, scope: Scope) -> bool:

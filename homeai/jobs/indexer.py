@@ -2,9 +2,12 @@
 
 Incremental by content hash: an unchanged file is left alone, a changed one replaced, a
 file gone from a folder removed with its chunks; a file that cannot be read or holds no
-text is recorded as skipped with its reason. Chunks of several documents are embedded
-together (`embed_batch` at a time, one request per chunk on the `indexing` lane, which
-batches them), and each document is then written in ONE transaction: its row, its hash
+text is recorded as skipped with its reason. A photo, when the model reads images, is
+indexed by what the model sees in it ("Photo <name>: <description>", described on the
+`indexing` lane; the description is its summary); one that cannot be decoded within
+`[limits]` (corrupt, a bomb) is skipped with the reason. Chunks of several documents are
+embedded together (`embed_batch` at a time, one request per chunk on the `indexing` lane,
+which batches them), and each document is then written in ONE transaction: its row, its hash
 and all its chunks (the full-text index follows by trigger). A run killed at any point
 leaves every document either fully indexed or as it was, so the next run redoes only
 what was not written.
@@ -21,8 +24,9 @@ import numpy as np
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from homeai.config import JobsConfig
-from homeai.service.background import EngineStopped, Work
+from homeai.config import JobsConfig, LimitsConfig
+from homeai.service.background import EngineStopped, InvalidRequest, Work
+from homeai.service.images import ImageRefused, decode
 from homeai.jobs.chunking import TextChunk, chunk_text
 from homeai.jobs.extract import FileData, Skip, extract_text, read_file, walk
 from homeai.jobs.runs import Progress
@@ -31,6 +35,8 @@ from homeai.jobs.summarise import Summariser, summarise_documents
 from homeai.store.models import Chunk, Document, utcnow
 
 SPECIAL_TOKENS_ROOM = 8  # BOS/EOS the engine adds to each embedding input
+LANE = "indexing"  # a background lane: chunks embedded, photos described
+DESCRIPTION_TOKENS = 160  # two or three sentences, with room; one that runs on is cut there
 
 
 class Stopped(Exception):
@@ -53,12 +59,15 @@ class _Prepared:
     path: str
     file: FileData
     chunks: list[TextChunk]
+    summary: str | None = None  # a photo's description: no summary to ask for
 
 
 class Indexer:
     def __init__(self, work: Work, sessions: sessionmaker[Session], settings: JobsConfig, *,
-                 summariser: Summariser | None = None, stop: threading.Event | None = None):
-        self.work, self.sessions, self.settings = work, sessions, settings
+                 limits: LimitsConfig = LimitsConfig(), summariser: Summariser | None = None,
+                 stop: threading.Event | None = None):
+        self.work, self.sessions, self.settings, self.limits = work, sessions, settings, limits
+        self.sees = work.sees()
         self.summariser = summariser
         self.stop = stop or threading.Event()
         self.max_tokens = min(settings.chunk_tokens, work.embed_max_tokens - SPECIAL_TOKENS_ROOM)
@@ -114,23 +123,50 @@ class Indexer:
 
     def _prepare(self, path: Path, scope: Scope, known, report: Report, progress: Progress) -> _Prepared | None:
         """The file's chunks when it must be (re)indexed; None when it is unchanged or skipped."""
-        file = read_file(path, scope)
+        file = read_file(path, scope, photos=self.sees)
         if isinstance(file, Skip):
             self._record_skip(path, None, file.reason, known, report)
             return None
         if known is not None and known[0] == file.content_hash and known[1] in ("indexed", "skipped"):
             report.unchanged += 1
             return None
-        text = extract_text(path, file.data)
+        text, summary = self._text(path, file, progress)
         if isinstance(text, Skip):
             self._record_skip(path, file, text.reason, known, report)
+            return None
+        if text is None:  # a photo not described this time (reported): the next run tries again
             return None
         try:
             chunks = self._chunks(text)
         except Exception as e:  # a tokenizer failure on one odd file must not end the run
             progress.error(str(path), f"could not be chunked: {e}")
             return None
-        return _Prepared(str(path), file, chunks)
+        return _Prepared(str(path), file, chunks, summary)
+
+    def _text(self, path: Path, file: FileData, progress: Progress) -> tuple[str | Skip | None, str | None]:
+        """The text to index and, for a photo, its summary: its description."""
+        if not file.photo:
+            return extract_text(path, file.data), None
+        description = self._describe(path, file.data, progress)
+        if not isinstance(description, str):
+            return description, None
+        return f"Photo {path.name}: {description}", description
+
+    def _describe(self, path: Path, data: bytes, progress: Progress) -> str | Skip | None:
+        """What the model sees in the photo; a Skip when it cannot be read; None when the model failed
+        (reported)."""
+        try:
+            picture = decode(data, self.limits)
+            return asyncio.run(self.work.describe(picture, lane=LANE, max_tokens=DESCRIPTION_TOKENS))
+        except ImageRefused as e:  # corrupt, too large, a decompression bomb
+            return Skip(str(e))
+        except InvalidRequest as e:  # the engine will not take it (more image tokens than the context holds)
+            return Skip(f"a photo the model cannot read: {e}")
+        except EngineStopped:
+            raise
+        except Exception as e:  # this photo is tried again by the next run
+            progress.error(str(path), f"could not be described: {e}")
+            return None
 
     def _chunks(self, text: str) -> list[TextChunk]:
         count = lambda s: self.work.count(s, add_special=False, embedding=True)  # noqa: E731
@@ -180,7 +216,7 @@ class Indexer:
             progress.advance()
 
     def _embed(self, texts: list[str]) -> list[np.ndarray]:
-        vectors, _ = asyncio.run(self.work.embed(texts, lane="indexing"))
+        vectors, _ = asyncio.run(self.work.embed(texts, lane=LANE))
         if any(v is None for v in vectors):  # aborted: the engine is stopping
             raise Stopped("the engine stopped")
         return [np.asarray(v, dtype=np.float32) for v in vectors]
@@ -190,7 +226,7 @@ class Indexer:
         with self.sessions.begin() as session:
             doc = _document(session, p.path)
             doc.content_hash, doc.size, doc.mtime = p.file.content_hash, p.file.size, p.file.mtime
-            doc.status, doc.skip_reason, doc.summary, doc.indexed_at = "indexed", None, None, utcnow()
+            doc.status, doc.skip_reason, doc.summary, doc.indexed_at = "indexed", None, p.summary, utcnow()
             session.flush()
             session.execute(delete(Chunk).where(Chunk.document_id == doc.id))
             session.add_all(Chunk(document_id=doc.id, ordinal=i, text=c.text, start_char=c.start, end_char=c.end,

@@ -186,7 +186,8 @@ class JobService:
             return None
         do_summaries = self.cfg.jobs.summarise if summarise is None else summarise
         summariser = Summariser(work, max_tokens=self.cfg.jobs.summary_tokens) if do_summaries else None
-        indexer = Indexer(work, self.sessions, self.cfg.jobs, summariser=summariser, stop=self._stop)
+        indexer = Indexer(work, self.sessions, self.cfg.jobs, limits=self.cfg.limits, summariser=summariser,
+                          stop=self._stop)
         try:
             report = indexer.run(roots, progress)
         except (Stopped, EngineStopped):

@@ -10,6 +10,7 @@ import os
 import pytest
 from sqlalchemy import select, text
 
+from homeai.jobs.extract import NO_EYES
 from homeai.jobs.service import JobService
 from homeai.store.models import Chunk
 from tests.jobs.conftest import TOPICS, documents, jobs_config, work_of, write_docs
@@ -83,7 +84,7 @@ def test_binary_and_unreadable_files_are_skipped_with_reasons(tmp_path, store, m
     assert docs["notes.txt"]["status"] == "indexed"
     reasons = {name: d["reason"] for name, d in docs.items() if d["status"] == "skipped"}
     assert set(reasons) == {"photo.png", "scan.pdf", "gone.md", "pipe.txt"}
-    assert "binary" in reasons["photo.png"]
+    assert reasons["photo.png"] == NO_EYES  # a photo, but this model has no projector (tests/jobs/test_photos.py)
     assert reasons["scan.pdf"].startswith("unreadable PDF")
     assert "broken symbolic link" in reasons["gone.md"]
     assert "not a regular file" in reasons["pipe.txt"]
