@@ -19,6 +19,7 @@ once it runs, speech in and out, the store, the remote lanes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -52,6 +53,7 @@ class Service:
         self.hearing = Hearing(program)  # speech in: one speech turn (homeai.service.hearing)
         self.speaking = Speaking(program)  # speech out (homeai.service.speaking)
         self.jobs = None  # the job service, for `documents` (set by the program once it opens)
+        self._reading_images: dict[str, int] = {}  # per member, requests whose images are being read and encoded
 
     # ---- what the protocols report ----------------------------------------------------------
 
@@ -259,11 +261,32 @@ class Service:
                                     client=clients.client_preamble(self.cfg, ask.messages, documents=bool(docs)),
                                     images=ask.images, limits=self.cfg.limits)
         tokens = partial(prompts.chat_tokens, runner, ask.messages, prompter, docs=docs, limit=limit)
-        stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
-                              prompt_param=ask.prompt_param, group=caller.group)
+        with self._images_turn(caller.key, ask.images):
+            stream = await submit(engine, tokens, lane=lane, member=caller.key, params=params,
+                                  prompt_param=ask.prompt_param, group=caller.group)
         stream = words.between_words(stream, ask.sampling.max_tokens)  # the server's cut ends between words
         return Answer(stream, model=model, lane=lane, plan=plan, with_tokens=params.logprobs is not None,
                       citations=citations, thoughts=prompter.splitter())
+
+    @contextlib.contextmanager
+    def _images_turn(self, member: str, images: tuple):
+        """A member's requests with images are read (decoded, encoded by the one projector) at most
+        `MAX_READING_IMAGES` at a time: a flood of pictures waits in no one else's way (429 past it)."""
+        if not images:
+            yield
+            return
+        if self._reading_images.get(member, 0) >= MAX_READING_IMAGES:
+            raise ServiceError(429, f"{MAX_READING_IMAGES} of your requests' images are being read: "
+                               "send the next when one is answered", code="images_busy", headers={"Retry-After": "1"})
+        self._reading_images[member] = self._reading_images.get(member, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._reading_images[member] - 1
+            if left:
+                self._reading_images[member] = left
+            else:
+                del self._reading_images[member]
 
     async def _plan(self, runner, ask: ChatAsk, member: str):
         """The tool plan and the grammar the reply is held to, built off the loop (large schemas take
@@ -304,8 +327,9 @@ class Service:
                 return ask.prompt
             return prompter([*system, {"role": "user", "content": marks + ask.prompt}])
 
-        stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,
-                              prompt_param=ask.prompt_param, group=caller.group)
+        with self._images_turn(caller.key, ask.images):
+            stream = await submit(engine, prompt, lane=lane, member=caller.key, params=params,
+                                  prompt_param=ask.prompt_param, group=caller.group)
         stream = words.between_words(stream, ask.sampling.max_tokens)
         # a prompt as it is (raw) is continued as written: no thoughts are split from its text
         return Answer(stream, model=model, lane=lane, with_tokens=params.logprobs is not None,
@@ -347,6 +371,9 @@ class Service:
         if not system_text:
             return "", []
         return system_text, [{k: c[k] for k in ("n", "path", "score", "snippet")} for c in citations]
+
+
+MAX_READING_IMAGES = 2  # a member's requests whose images are read at once (`Service._images_turn`)
 
 
 def _untagged(name: str | None) -> str | None:

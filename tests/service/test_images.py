@@ -256,3 +256,23 @@ def test_a_decompression_bomb_is_refused_without_taking_memory():
 def test_past_4_times_the_cap_or_a_side_over_32768_is_a_bomb(width, height):
     # Under Pillow's own guard (about 89 million pixels), so only homeai's check stands in the way.
     refused(decode, png_declaring(width, height, num_rows=1), SMALL, match="decompression bomb")
+
+
+def test_a_member_has_two_requests_images_read_at_a_time_and_others_are_not_held_back():
+    from homeai.service.core import MAX_READING_IMAGES, Service
+    from homeai.service.errors import ServiceError
+
+    service = object.__new__(Service)
+    service._reading_images = {}
+    pictures = ("one",)
+    with service._images_turn("guest", pictures), service._images_turn("guest", pictures):
+        assert MAX_READING_IMAGES == 2
+        with pytest.raises(ServiceError) as busy:
+            with service._images_turn("guest", pictures):
+                pass
+        assert busy.value.status == 429 and busy.value.code == "images_busy" and busy.value.headers["Retry-After"]
+        with service._images_turn("alice", pictures), service._images_turn("guest", ()):  # text needs no turn
+            pass
+    assert service._reading_images == {}
+    with service._images_turn("guest", pictures):
+        pass
