@@ -86,6 +86,11 @@ def add_bench_parser(sub) -> list[argparse.ArgumentParser]:
     spec.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     spec.add_argument("--max-draft", type=int, default=None, help="tokens an answer drafts at most (default: [speculative])")
     spec.add_argument("--out", default="bench-out", help="folder for spec.json and spec.md")
+    images = bsub.add_parser("images", help="image questions' TTFT, and the chat's TTFT beside them against idle")
+    images.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
+    images.add_argument("--tower", default="vit-b", choices=("tiny", "vit-b", "vit-l"),
+                        help="with no [model] mmproj: the random projector's vision tower (its encode's cost)")
+    images.add_argument("--out", default="bench-out", help="folder for images.json and images.md")
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")
     rmodel.add_argument("--shape", default="smollm2-360m", help="smollm2-360m, llama-1b, llama-8b (or tiny)")
@@ -108,7 +113,7 @@ def add_bench_parser(sub) -> list[argparse.ArgumentParser]:
         w.add_argument("--duration", type=float, default=40.0, help="household/fairness: seconds of arrivals")
         workloads.append(w)
     bench.set_defaults(func=cmd_bench)
-    return [bench, engine, grammar, voice, neighbour, http, multi, spec, rmodel, *workloads]
+    return [bench, engine, grammar, voice, neighbour, http, multi, spec, images, rmodel, *workloads]
 
 
 def cmd_bench(cfg: config_mod.Config, args) -> int:
@@ -168,6 +173,10 @@ def cmd_bench(cfg: config_mod.Config, args) -> int:
         from homeai.bench import members_bench
 
         return members_bench.main(cfg, args)
+    if args.workload == "images":
+        from homeai.bench.image_bench import main as run_images
+
+        return run_images(cfg, args)
     if args.workload == "spec":
         from homeai.bench import spec_bench
 

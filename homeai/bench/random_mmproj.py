@@ -30,6 +30,10 @@ class VisionShape(NamedTuple):
 
 
 VISION = VisionShape(2, 64, 256, 4)
+# Real towers' shapes, for what an encode costs (`homeai bench images`): CLIP ViT-B/16 at 224 px (196
+# tokens), and ViT-L/14 at 336 px, LLaVA 1.5's (576 tokens)
+TOWERS = {"tiny": (VISION, 64, 16), "vit-b": (VisionShape(12, 768, 3072, 12), 224, 16),
+          "vit-l": (VisionShape(24, 1024, 4096, 16), 336, 14)}
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # CLIP's pixel normalisation, as LLaVA 1.5 ships it
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -53,12 +57,14 @@ def write_for_model(out: Path, model_gguf: Path, seed: int = 0) -> int:
     return write_mmproj(out, embedding_length(model_gguf), seed)
 
 
-def write_mmproj(out: Path, n_embd: int, seed: int = 0, image_size: int = 64, patch_size: int = 16) -> int:
-    """Write the projector to `out`, its rows `n_embd` wide; returns its size in bytes."""
+def write_mmproj(out: Path, n_embd: int, seed: int = 0, image_size: int = 64, patch_size: int = 16,
+                 tower: VisionShape = VISION) -> int:
+    """Write the projector to `out`, its rows `n_embd` wide (`tower`: the vision transformer's shape);
+    returns its size in bytes."""
     gguf = _gguf()
     if image_size <= 0 or patch_size <= 0 or image_size % patch_size:
         raise ValueError(f"the image size ({image_size}) must be a positive multiple of the patch size ({patch_size})")
-    s = VISION
+    s = tower
     rng = np.random.default_rng(seed)
     n_pos = n_image_tokens(image_size, patch_size) + 1  # the patches and the class token
 
@@ -81,7 +87,9 @@ def write_mmproj(out: Path, n_embd: int, seed: int = 0, image_size: int = 64, pa
     w.add_array("clip.vision.image_std", list(_CLIP_STD))
 
     def matrix(name: str, rows: int, *cols: int) -> None:  # f16, as converted projectors store them
-        w.add_tensor(name, (rng.standard_normal((rows, *cols), dtype=np.float32) * 0.02).astype(np.float16))
+        # (rows past the first 64 repeat them: a large tower is written in seconds; values do not matter)
+        block = (rng.standard_normal((min(rows, 64), *cols), dtype=np.float32) * 0.02).astype(np.float16)
+        w.add_tensor(name, np.resize(block, (rows, *cols)))
 
     def vector(name: str, n: int, value: float = 0.0) -> None:
         w.add_tensor(name, np.full(n, value, dtype=np.float32))
