@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import json
 import statistics
 import tempfile
@@ -30,6 +31,7 @@ from homeai.engine.prompt import image_mark
 from homeai.engine.stream import FinishEvent, TokenEvent
 from homeai.sched.request import SamplingParams
 
+_SEEDS = itertools.count(1)  # every snapshot of a process new, whichever phase takes it
 QUESTIONS = ["What is the capital of France?", "Name a red fruit.", "How many legs does a spider have?",
              "What colour is the sky on a clear day?", "Say hello in Spanish.", "What is two plus three?",
              "Name a planet.", "What do bees make?"]
@@ -85,9 +87,8 @@ def chat_phase(engine, runner, shape: Shape, with_images: bool, limits) -> dict:
     encode_ms: list[float] = []
 
     def camera_loop() -> None:
-        n = 0
         while not stop.is_set():
-            n += 1
+            n = next(_SEEDS)
             began = time.perf_counter()
             picture = decode(snapshot(n, shape.size), limits)  # as the service reads one
             marks = image_mark(0) + "\n"
@@ -116,7 +117,7 @@ def chat_phase(engine, runner, shape: Shape, with_images: bool, limits) -> dict:
         due = began + i * shape.ask_every_s
         if time.perf_counter() < due:
             time.sleep(due - time.perf_counter())
-        question = f"{QUESTIONS[i % len(QUESTIONS)]} ({i})"  # never a cached prompt
+        question = f"{QUESTIONS[i % len(QUESTIONS)]} ({next(_SEEDS)})"  # never a cached prompt, in either phase
         tokens = runner.tokenize(runner.apply_chat_template([{"role": "user", "content": question}]))
         ttft = _ttft(engine, tokens, "alice", shape.answer_tokens)
         if ttft is not None:
