@@ -1,5 +1,5 @@
-// Talking to the daemon: the member's token (kept in localStorage), JSON calls, and
-// server-sent events read over fetch (EventSource cannot POST or send a bearer token).
+// Talking to the daemon: the member's token (kept in localStorage), JSON calls, server-sent
+// events read over fetch (EventSource cannot POST or send a bearer token), and images as data URLs.
 
 const TOKEN_KEY = "homeai.token";
 
@@ -77,6 +77,23 @@ export async function post(path, body, { signal } = {}) {
   const response = await fetch(path, { method: "POST", headers: headers(true), body: JSON.stringify(body), signal });
   if (!response.ok) await fail(response);
   return response;
+}
+
+// GET an image at `path` as a data URL: the page's CSP shows data: images, not blob: ones, and an
+// <img src> could not send the member's token.
+export async function imageUrl(path, { signal } = {}) {
+  const response = await fetch(path, { headers: headers(false), signal });
+  if (!response.ok) await fail(response);
+  return readAsDataUrl(await response.blob());
+}
+
+export function readAsDataUrl(blob) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(blob);
+  });
 }
 
 export async function health() {

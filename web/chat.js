@@ -1,9 +1,10 @@
 // The chat: the member's conversations (list, open, new, rename, delete), sending a
-// message and streaming the answer into the page, stop, regenerate, push-to-talk (its answer
-// spoken by the server's voice as it arrives, unless muted), and reading a message aloud.
+// message (with images attached or pasted) and streaming the answer into the page, stop,
+// regenerate, push-to-talk (its answer spoken by the server's voice as it arrives, unless
+// muted), and reading a message aloud.
 // The server is the truth: the page keeps only which conversation is open and what it shows.
 
-import { ApiError, call, events } from "./api.js";
+import { ApiError, call, events, imageUrl, readAsDataUrl } from "./api.js";
 import { plainText, renderMarkdown } from "./markdown.js";
 import { player } from "./player.js";
 import { readAloudButton, stopReading } from "./readaloud.js";
@@ -11,6 +12,12 @@ import { PushToTalk, voiceSupport } from "./voice.js";
 
 const STOP_GRACE_MS = 2000; // after asking the server to stop, drop the stream if it has not ended
 const TITLE_CHARS = 80;
+const IMAGE_TYPES = ["image/png", "image/jpeg", "image/webp", "image/gif", "image/bmp"]; // what the model reads
+// The server's defaults ([limits] max_image_bytes and max_images, [server] max_body_bytes): it
+// refuses past its own limits whatever they are; the page says so before it sends.
+const MAX_IMAGE_BYTES = 2_500_000;
+const MAX_IMAGES = 4;
+const MAX_BODY_BYTES = 4_000_000;
 
 const $ = (id) => document.getElementById(id);
 
@@ -88,8 +95,9 @@ export class Chat {
       list: $("conversation-list"), title: $("chat-title"), messages: $("messages"), hint: $("empty-hint"),
       input: $("message-input"), send: $("send"), stop: $("stop"), mic: $("mic"), rename: $("rename"),
       del: $("delete"), renameForm: $("rename-form"), renameInput: $("rename-input"), readAloud: $("read-aloud"),
-      mute: $("mute"),
+      mute: $("mute"), attach: $("attach"), attachInput: $("attach-input"), attachments: $("attachments"),
     };
+    this.pending = []; // the images to send with the next message: {name, url (a data URL), size}
     this.muted = localStorage.getItem("homeai.muted") === "1"; // push-to-talk answers in words only
     this.serverVoice = true; // until the server says it has no speech synthesis
     this.voice = new PushToTalk(this.voiceHandlers());
@@ -109,6 +117,17 @@ export class Chat {
       }
     });
     ui.input.addEventListener("input", () => this.autosize());
+    ui.input.addEventListener("paste", (e) => {
+      const files = [...((e.clipboardData && e.clipboardData.files) || [])];
+      if (!files.length) return; // words paste as words
+      e.preventDefault();
+      this.addImages(files);
+    });
+    ui.attach.addEventListener("click", () => ui.attachInput.click());
+    ui.attachInput.addEventListener("change", () => {
+      this.addImages([...ui.attachInput.files]);
+      ui.attachInput.value = "";
+    });
     ui.stop.addEventListener("click", () => this.stop());
     $("new-chat").addEventListener("click", () => this.newChat());
     ui.rename.addEventListener("click", () => this.startRename());
@@ -297,6 +316,63 @@ export class Chat {
     this.ui.del.classList.remove("armed");
   }
 
+  // ---- images to send ---------------------------------------------------------------
+
+  async addImages(files) {
+    for (const file of files) {
+      const why = this.refusal(file);
+      if (why) {
+        this.notify(why);
+        continue;
+      }
+      const image = { name: file.name || "the pasted image", size: file.size, url: "" };
+      this.pending.push(image); // counted at once: a second file is checked against this one
+      try {
+        image.url = await readAsDataUrl(file);
+      } catch {
+        this.pending = this.pending.filter((p) => p !== image);
+        this.notify(`${image.name} could not be read.`);
+      }
+      this.renderAttachments();
+    }
+  }
+
+  // Why `file` cannot go with the message, or "".
+  refusal(file) {
+    const name = file.name || "The pasted file";
+    if (!IMAGE_TYPES.includes(file.type)) return `${name} is not an image homeai reads (PNG, JPEG, WebP, GIF or BMP).`;
+    if (file.size > MAX_IMAGE_BYTES) return `${name} is too large (${megabytes(file.size)}): at most ${megabytes(MAX_IMAGE_BYTES)} an image.`;
+    if (this.pending.length >= MAX_IMAGES) return `At most ${MAX_IMAGES} images can go with one message.`;
+    const total = this.pending.reduce((sum, p) => sum + p.size, file.size);
+    if ((total * 4) / 3 > MAX_BODY_BYTES * 0.95) return `${name} would make the message too large to send: send fewer images at once.`;
+    return "";
+  }
+
+  renderAttachments() {
+    const chips = this.pending.filter((p) => p.url).map((image) => {
+      const chip = document.createElement("div");
+      chip.className = "chip";
+      chip.setAttribute("data-testid", "attachment");
+      const img = document.createElement("img");
+      img.src = image.url;
+      img.alt = image.name;
+      const remove = document.createElement("button");
+      remove.type = "button";
+      remove.className = "chip-remove";
+      remove.setAttribute("aria-label", `Remove ${image.name}`);
+      remove.textContent = "×";
+      remove.addEventListener("click", () => {
+        this.pending = this.pending.filter((p) => p !== image);
+        this.renderAttachments();
+        this.ui.input.focus();
+      });
+      chip.append(img, remove);
+      return chip;
+    });
+    this.ui.attachments.replaceChildren(...chips);
+    this.ui.attachments.hidden = !chips.length;
+  }
+
   // ---- messages ---------------------------------------------------------------------
 
   messageNode(message) {
@@ -315,8 +391,26 @@ export class Chat {
       bubble.textContent = message.content;
     }
     const read = readAloudButton(() => bubble.innerText, this.notify);
-    article.append(who, bubble, read);
+    article.append(who, ...this.imagesNode(message), bubble, read);
     return article;
+  }
+
+  // A message's images: sent from this page ({src}, a data URL), or stored ({url}, fetched with the token).
+  imagesNode(message) {
+    if (!message.images || !message.images.length) return [];
+    const box = document.createElement("div");
+    box.className = "message-images";
+    for (const image of message.images) {
+      const img = document.createElement("img");
+      img.alt = "An image sent with the message";
+      img.setAttribute("data-testid", "message-image");
+      if (image.src) img.src = image.src;
+      else {
+        imageUrl(image.url).then((url) => (img.src = url)).catch(() => (img.alt = "The image could not be loaded."));
+      }
+      box.append(img);
+    }
+    return [box];
   }
 
   append(message) {
@@ -367,22 +461,36 @@ export class Chat {
 
   async send() {
     const text = this.ui.input.value.trim();
-    if (!text || this.busy) return;
+    if (this.busy) return;
+    if (this.pending.some((p) => !p.url)) return this.notify("The image is still being read.");
+    if (!text) {
+      if (this.pending.length) this.notify("Ask something about the image too.");
+      return;
+    }
+    const images = this.pending;
+    const giveBack = () => {
+      this.ui.input.value = text;
+      this.pending = images;
+      this.renderAttachments();
+      this.autosize();
+    };
     this.ui.input.value = "";
+    this.pending = [];
+    this.renderAttachments();
     this.autosize();
     try {
       await this.ensureConversation(titleFrom(text));
     } catch (e) {
-      this.ui.input.value = text;
+      giveBack();
       this.notify(e.message);
       return;
     }
-    const question = this.append({ role: "user", content: text });
-    const { started } = await this.stream(`/api/conversations/${this.current.id}/messages`, { content: text }, question);
+    const question = this.append({ role: "user", content: text, images: images.map((p) => ({ src: p.url })) });
+    const body = images.length ? { content: text, images: images.map((p) => p.url) } : { content: text };
+    const { started } = await this.stream(`/api/conversations/${this.current.id}/messages`, body, question);
     if (!started) {
-      question.remove(); // never stored: give the words back to try again
-      this.ui.input.value = text;
-      this.autosize();
+      question.remove(); // never stored: give the words and images back to try again
+      giveBack();
     }
   }
 
@@ -600,6 +708,10 @@ function speak(text, enabled) {
   if (!enabled || !window.speechSynthesis || !text) return;
   speechSynthesis.cancel();
   speechSynthesis.speak(new SpeechSynthesisUtterance(plainText(text)));
+}
+
+function megabytes(bytes) {
+  return `${(bytes / 1_000_000).toFixed(1)} MB`;
 }
 
 function speechStop() {

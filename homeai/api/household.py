@@ -2,14 +2,20 @@
 
     GET    /api/conversations                   {"data": [conversation, ...]}, newest first
     POST   /api/conversations {title?}          201 conversation
-    GET    /api/conversations/{id}              conversation with "messages"
+    GET    /api/conversations/{id}              conversation with "messages" (each with "images": [{url, media_type}])
     PATCH  /api/conversations/{id} {title}      conversation
     DELETE /api/conversations/{id}              204 (an answer in progress is aborted)
-    POST   /api/conversations/{id}/messages {content, max_tokens?, temperature?, lane?, think?}   event stream
+    POST   /api/conversations/{id}/messages {content, images?, max_tokens?, temperature?, lane?, think?}   event stream
     POST   /api/conversations/{id}/regenerate {max_tokens?, temperature?, lane?, think?}          event stream
     POST   /api/conversations/{id}/stop         {"stopped": bool}
+    GET    /api/conversations/{id}/messages/{message_id}/images/{n}   the n-th image sent with a message (its file)
 
-Every query is scoped by the caller: another member's conversation is a 404, never a 403.
+Every query is scoped by the caller: another member's conversation (or its images) is a 404, never a 403.
+A message's `images` are data URLs (`data:image/png;base64,...`, at most `[limits] max_images`), each
+read before anything is stored (a 400 naming `images.N`); the files are stored with the question, and
+every answer in the conversation sees them (`homeai.api.household_images`: the latest that a request may
+read), so a follow-up can ask about a picture sent earlier. A model without a vision projector refuses a
+message with images (400); its answers leave earlier messages' images out.
 An answer streams as server-sent events, `data: {json}` with a `type` (the voice socket's names):
 `message.user` (the stored question, send only), `response.thinking` {text} (a thinking model's
 thoughts, never stored), `response.delta` {text}, then `response.done` {message, finish_reason:
@@ -33,17 +39,21 @@ from fastapi import APIRouter, Path, Response
 from pydantic import Field
 from sqlalchemy.orm import Session
 
+from homeai.api import household_images
 from homeai.api.auth import Caller, CurrentMember
 from homeai.api.deps import RuntimeDep, ServiceDep
 from homeai.api.errors import ApiError
 from homeai.api.household_answer import AnswerEvents, AnswerResponse, Inflight, InflightDep, Reply, message_json
+from homeai.api.household_images import Turn
 from homeai.api.schemas import RequestBody
-from homeai.service import ChatAsk, SamplingAsk, ThinkAsk
+from homeai.service import ChatAsk, ImageIn, SamplingAsk, ThinkAsk
 from homeai.store import conversations as convs
 from homeai.store.models import Conversation, Message
 
 # A database id: larger values would overflow SQLite's integer and fail as a 500.
 ConversationId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+MessageId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+ImageNumber = Annotated[int, Path(ge=0, le=2**31 - 1)]
 
 router = APIRouter(prefix="/api/conversations", tags=["household"])
 
@@ -66,15 +76,17 @@ class Generate(RequestBody):
     lane: str | None = None  # homeai's, as on /v1: a lane the member may use (default: chat)
     think: bool | None = None  # a model that can think: whether it should (None: its template's default)
 
-    def ask(self, history: list[dict], lane: str) -> ChatAsk:
-        """The lane's answer to `history`: the latest turns that fit (the lane's answer length by default)."""
+    def ask(self, history: list[dict], images: tuple[ImageIn, ...], lane: str) -> ChatAsk:
+        """The lane's answer to `history`, whose marks name `images`: the latest turns that fit (the
+        lane's answer length by default)."""
         sampling = SamplingAsk(max_tokens=self.max_tokens, temperature=self.temperature)
         return ChatAsk(messages=history, lane=lane, sampling=sampling, fit="latest", prompt_param="content",
-                       think=ThinkAsk(on=self.think))
+                       think=ThinkAsk(on=self.think), images=images)
 
 
 class Send(Generate):
     content: str = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
+    images: list[str] = Field(default_factory=list)  # data URLs, read before anything is stored
 
 
 # ---- conversations --------------------------------------------------------------------
@@ -138,11 +150,13 @@ async def send_message(conversation_id: ConversationId, body: Send, runtime: Run
     service.check_limits(max_tokens=body.max_tokens)
 
     async def prepare() -> Reply:
-        history, is_first = await asyncio.to_thread(_question, runtime, member, conversation_id, body.content)
-        answer = await service.chat(body.ask(history, lane), member)
+        files = await asyncio.to_thread(household_images.read, body.images, service.cfg.limits)
+        turns, is_first = await asyncio.to_thread(_question, runtime, member, conversation_id, body.content,
+                                                  tuple(data for _, data in files))
+        answer = await service.chat(body.ask(*_prompt(service, turns), lane), member)
         try:
             stored = await asyncio.to_thread(_store_question, runtime, member, conversation_id, body.content,
-                                             answer.num_prompt_tokens, is_first)
+                                             files, answer.num_prompt_tokens, is_first)
         except BaseException:
             answer.abort()
             raise
@@ -159,8 +173,8 @@ async def regenerate(conversation_id: ConversationId, runtime: RuntimeDep, servi
     service.check_limits(max_tokens=body.max_tokens)
 
     async def prepare() -> Reply:
-        history, replaces = await asyncio.to_thread(_again, runtime, member, conversation_id)
-        answer = await service.chat(body.ask(history, lane), member)
+        turns, replaces = await asyncio.to_thread(_again, runtime, member, conversation_id)
+        answer = await service.chat(body.ask(*_prompt(service, turns), lane), member)
         return Reply(answer, member.member_id, replaces=replaces)
 
     return await _answer(runtime, service, inflight, member, conversation_id, prepare)
@@ -174,6 +188,20 @@ def stop(conversation_id: ConversationId, runtime: RuntimeDep, member: CurrentMe
     with runtime.sessions() as session:
         _owned(session, member, conversation_id)
     return {"stopped": False}
+
+
+@router.get("/{conversation_id}/messages/{message_id}/images/{n}")
+def message_image(conversation_id: ConversationId, message_id: MessageId, n: ImageNumber, runtime: RuntimeDep,
+                  member: CurrentMember) -> Response:
+    """The file of the n-th image sent with a message, as it came (private: the member's own)."""
+    with runtime.sessions() as session:
+        image = convs.get_image(session, member_id=member.member_id, conversation_id=conversation_id,
+                                message_id=message_id, position=n)
+        if image is None:
+            raise ApiError(404, f"no image {n} in message {message_id} of conversation {conversation_id}",
+                           code="image_not_found")
+        return Response(image.data, media_type=image.media_type,
+                        headers={"Cache-Control": "private", "X-Content-Type-Options": "nosniff"})
 
 
 async def _answer(runtime, service, inflight: Inflight, member: Caller, conversation_id: int,
@@ -200,19 +228,22 @@ def _lane(service, member: Caller, asked: str | None) -> str:
     return lane
 
 
-def _question(runtime, member: Caller, conversation_id: int, content: str) -> tuple[list[dict], bool]:
-    """The conversation's turns with the new question, and whether it is the first (it names the conversation)."""
+def _question(runtime, member: Caller, conversation_id: int, content: str,
+              files: tuple[bytes, ...]) -> tuple[list[Turn], bool]:
+    """The conversation's turns with the new question (and its images' files), and whether it is the
+    first (it names the conversation)."""
     with runtime.sessions() as session:
         conversation = _owned(session, member, conversation_id)
-        history = [*_turns(conversation.messages), {"role": "user", "content": content}]
-        return history, not conversation.messages and conversation.title == DEFAULT_TITLE
+        turns = [*_turns(runtime, session, conversation.messages), Turn("user", content, files)]
+        return turns, not conversation.messages and conversation.title == DEFAULT_TITLE
 
 
-def _store_question(runtime, member: Caller, conversation_id: int, content: str, num_prompt_tokens: int,
-                    is_first: bool) -> dict:
+def _store_question(runtime, member: Caller, conversation_id: int, content: str, files: list[tuple[str, bytes]],
+                    num_prompt_tokens: int, is_first: bool) -> dict:
     kwargs = dict(member_id=member.member_id, conversation_id=conversation_id)
     with runtime.sessions() as session:
-        stored = convs.add_message(session, **kwargs, role="user", content=content, prompt_tokens=num_prompt_tokens)
+        stored = convs.add_message(session, **kwargs, role="user", content=content, prompt_tokens=num_prompt_tokens,
+                                   images=files)
         if stored is None:
             raise _not_found(conversation_id)
         if is_first:
@@ -220,7 +251,7 @@ def _store_question(runtime, member: Caller, conversation_id: int, content: str,
         return message_json(stored)
 
 
-def _again(runtime, member: Caller, conversation_id: int) -> tuple[list[dict], list[int]]:
+def _again(runtime, member: Caller, conversation_id: int) -> tuple[list[Turn], list[int]]:
     """The turns up to the last question, and the answers after it that a new one replaces."""
     with runtime.sessions() as session:
         messages = list(_owned(session, member, conversation_id).messages)
@@ -230,7 +261,7 @@ def _again(runtime, member: Caller, conversation_id: int) -> tuple[list[dict], l
         if not messages or messages[-1].role != "user":
             raise ApiError(400, "there is no question to answer again in this conversation",
                            code="nothing_to_regenerate")
-        return _turns(messages), replaces
+        return _turns(runtime, session, messages), replaces
 
 
 # ---- store helpers --------------------------------------------------------------------
@@ -248,8 +279,16 @@ def _not_found(conversation_id: int) -> ApiError:
     return ApiError(404, f"no conversation {conversation_id}", code="conversation_not_found")
 
 
-def _turns(messages: list[Message]) -> list[dict]:
-    return [{"role": m.role, "content": m.content} for m in messages]
+def _turns(runtime, session: Session, messages: list[Message]) -> list[Turn]:
+    """The messages with their images' files (the latest a request may read: the others are left out)."""
+    files = convs.image_files(session, messages, latest=runtime.cfg.limits.max_images)
+    return [Turn(m.role, m.content, tuple(files.get(m.id, ())), f"messages.{m.id}.images") for m in messages]
+
+
+def _prompt(service, turns: list[Turn]) -> tuple[list[dict], tuple[ImageIn, ...]]:
+    """The messages and their images (earlier messages' only for a model that reads images)."""
+    stored = any(t.files for t in turns[:-1]) and service.sees()
+    return household_images.prompt(turns, service.cfg.limits, stored=stored)
 
 
 def _conversation(c: Conversation) -> dict:

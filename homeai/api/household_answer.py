@@ -179,5 +179,8 @@ class AnswerResponse(StreamingResponse):
 
 
 def message_json(m: Message) -> dict:
+    """A stored message, its images as where to fetch them (the household's image route)."""
+    images = [{"url": f"/api/conversations/{m.conversation_id}/messages/{m.id}/images/{i.position}",
+               "media_type": i.media_type} for i in m.images]
     return {"id": m.id, "role": m.role, "content": m.content, "created_at": m.created_at.isoformat(),
-            "prompt_tokens": m.prompt_tokens, "output_tokens": m.output_tokens}
+            "prompt_tokens": m.prompt_tokens, "output_tokens": m.output_tokens, "images": images}

@@ -1,4 +1,4 @@
-"""A member's chat conversations and their messages.
+"""A member's chat conversations, their messages and the images sent with them.
 
 Every query is scoped by `member_id`: a conversation that is not the member's reads as
 missing (None or False), never as someone else's. Every write commits.
@@ -6,10 +6,12 @@ missing (None or False), never as someone else's. Every write commits.
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from collections.abc import Sequence
 
-from homeai.store.models import Conversation, Message, utcnow
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload, undefer
+
+from homeai.store.models import Conversation, Message, MessageImage, utcnow
 
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 MAX_TITLE_LEN = 200
@@ -57,8 +59,10 @@ def delete_conversation(session: Session, *, member_id: int, conversation_id: in
 
 
 def add_message(session: Session, *, member_id: int, conversation_id: int, role: str, content: str,
-                prompt_tokens: int | None = None, output_tokens: int | None = None) -> Message | None:
-    """Append a message and bump the conversation's updated_at; None when not the member's."""
+                prompt_tokens: int | None = None, output_tokens: int | None = None,
+                images: Sequence[tuple[str, bytes]] = ()) -> Message | None:
+    """Append a message (with its images, (media type, file) each) and bump the conversation's
+    updated_at; None when not the member's."""
     if role not in MESSAGE_ROLES:
         raise ValueError(f"message role must be one of {', '.join(MESSAGE_ROLES)}, got {role!r}")
     conversation = _owned(session, member_id, conversation_id)
@@ -66,11 +70,35 @@ def add_message(session: Session, *, member_id: int, conversation_id: int, role:
         return None
     now = utcnow()
     message = Message(conversation=conversation, role=role, content=content, created_at=now,
-                      prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+                      prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                      images=[MessageImage(position=i, media_type=t, data=d) for i, (t, d) in enumerate(images)])
     session.add(message)
     conversation.updated_at = now
     session.commit()
     return message
+
+
+def get_image(session: Session, *, member_id: int, conversation_id: int, message_id: int,
+              position: int) -> MessageImage | None:
+    """One image of a message, its bytes loaded; None when it is not in the member's conversation."""
+    query = (select(MessageImage).join(Message).join(Conversation).options(undefer(MessageImage.data))
+             .where(MessageImage.message_id == message_id, MessageImage.position == position,
+                    Message.conversation_id == conversation_id, Conversation.member_id == member_id))
+    return session.scalar(query)
+
+
+def image_files(session: Session, messages: Sequence[Message], *, latest: int | None = None) -> dict[int, list[bytes]]:
+    """The files of the images of `messages` (the member's, read through `get_conversation`), by
+    message id, each message's in order; only the `latest` images of them all when given."""
+    ids = [m.id for m in messages if m.images]
+    if not ids or latest == 0:
+        return {}
+    query = (select(MessageImage.message_id, MessageImage.data).where(MessageImage.message_id.in_(ids))
+             .order_by(MessageImage.message_id.desc(), MessageImage.position.desc()).limit(latest))
+    files: dict[int, list[bytes]] = {}
+    for message_id, data in reversed(session.execute(query).all()):
+        files.setdefault(message_id, []).append(data)
+    return files
 
 
 def _owned(session: Session, member_id: int, conversation_id: int,

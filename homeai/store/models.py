@@ -1,6 +1,6 @@
 """The household store's tables as SQLAlchemy 2.0 mapped classes.
 
-Members and their API tokens; conversations and messages; indexed documents and their
+Members and their API tokens; conversations, messages and the images sent with them; indexed documents and their
 chunks; background job runs; per-request statistics. The schema is portable (SQLite and
 PostgreSQL); the migrations in `migrations/versions/` create exactly these tables.
 Timestamps are timezone-aware UTC in and out, whatever the backend stores.
@@ -20,6 +20,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 ROLES = ("admin", "member")
 DOCUMENT_STATUSES = ("indexed", "skipped", "pending")
 JOB_STATUSES = ("running", "done", "failed", "interrupted")
+IMAGE_MEDIA_TYPES = ("image/png", "image/jpeg", "image/webp", "image/gif", "image/bmp")  # what the model reads
 
 # Deterministic constraint names, so later migrations can drop or alter them by name.
 NAMING_CONVENTION = {
@@ -145,6 +146,24 @@ class Message(Base):
     output_tokens: Mapped[int | None] = mapped_column(Integer)
 
     conversation: Mapped[Conversation] = relationship(back_populates="messages")
+    # Loaded with the message (a second query, for all messages at once), without their bytes.
+    images: Mapped[list[MessageImage]] = relationship(
+        cascade="all, delete-orphan", passive_deletes=True, order_by="MessageImage.position", lazy="selectin")
+
+
+class MessageImage(Base):
+    """An image a member sent with a message (issue 53): the file as it came, read again each time
+    the conversation is answered."""
+
+    __tablename__ = "message_images"
+    __table_args__ = (UniqueConstraint("message_id", "position"), _one_of("media_type", IMAGE_MEDIA_TYPES))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    message_id: Mapped[int] = mapped_column(ForeignKey("messages.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)  # its place among the message's images, from 0
+    media_type: Mapped[str] = mapped_column(String(16))
+    # Deferred: listing a conversation's images reads no file; answering it reads them (undefer).
+    data: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
 
 
 class Document(Base):

@@ -20,8 +20,9 @@ TABLES_0002 = {"documents", "chunks", "job_runs", "request_stats"}
 # 0003 on SQLite: the FTS5 index over chunk text and its shadow tables (PostgreSQL gets a GIN index).
 SEARCH_0003 = {"chunks_fts", "chunks_fts_config", "chunks_fts_data", "chunks_fts_docsize", "chunks_fts_idx"}
 TABLES_0004 = {"member_settings"}
-HEAD = "0006"  # 0006: member_settings.proxy, a trusted proxy member
-TABLES_HEAD = TABLES_0001 | TABLES_0002 | SEARCH_0003 | TABLES_0004
+TABLES_0007 = {"message_images"}
+HEAD = "0007"  # 0007: message_images, the images sent with household messages
+TABLES_HEAD = TABLES_0001 | TABLES_0002 | SEARCH_0003 | TABLES_0004 | TABLES_0007
 
 
 def table_names(engine) -> set[str]:
