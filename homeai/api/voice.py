@@ -5,9 +5,10 @@ socket") is the protocol's reference. In short:
 
     client: {"type": "session.start", "sample_rate": 16000, "language"?, "vad"?, "conversation_id"?, "token"?,
              "tools"?, "speak"?, "voice"?}
+            {"type": "input_image", "image": "data:image/jpeg;base64,..."} (read with the next utterance),
             binary PCM16 frames, then {"type": "audio.end"}; {"type": "response.cancel"};
             {"type": "tool.result", "tool_call_id"?, "content"} for each call the answer made
-    server: session.ready, transcript.final {text}, response.delta {text}...,
+    server: session.ready, image.ready {images}, transcript.final {text}, response.delta {text}...,
             response.tool_calls {tool_calls [{id, name, arguments}]} as each call is written whole
             (the answer over, the turn waits for their results),
             response.done {text, finish_reason, timings {stt_ms, ttft_ms, total_ms}}, error {code, message, param?};
@@ -48,7 +49,7 @@ from homeai.api.voice_protocol import (AUTH_TIMEOUT_S, CLOSE_FORBIDDEN, CLOSE_IN
                                        VoiceError, at_16k, error_event, parse, parse_settings)
 from homeai.api.voice_audio import voice_for
 from homeai.api.voice_turn import LANE, Turn, check_conversation
-from homeai.service import ServiceError
+from homeai.service import ServiceError, images
 
 log = logging.getLogger("homeai.voice")
 router = APIRouter(tags=["voice"])
@@ -80,6 +81,7 @@ class VoiceSession:
         self.caller: Caller | None = None
         self.settings: Settings | None = None
         self.pcm = bytearray()
+        self.images: list[str] = []  # `input_image`s (data URLs, read and checked) the next utterance asks about
         self.overflowed = False  # the utterance went over the limit: drop its audio until it ends
         self.max_bytes, self.limit_s = 0, 0.0
         self.detector = None  # the speech model's EndOfSpeechDetector, with server VAD
@@ -165,6 +167,9 @@ class VoiceSession:
         elif kind == "response.cancel":
             self._started()
             await self.cancel_turn("cancelled")
+        elif kind == "input_image":
+            self._started()
+            await self._add_image(message)
         elif kind == "tool.result":
             self._started()
             if not self._turn_running() or not self.turn.waiting_for:
@@ -172,7 +177,7 @@ class VoiceSession:
             self.turn.tool_result(message)
         else:
             raise VoiceError("unknown_type", f"unknown message type {kind!r} "
-                             "(known: session.start, audio.end, response.cancel, tool.result)")
+                             "(known: session.start, input_image, audio.end, response.cancel, tool.result)")
 
     async def _start(self, message: dict) -> None:
         self.told_not_started = False
@@ -190,6 +195,7 @@ class VoiceSession:
         await asyncio.to_thread(check_conversation, self.runtime, self.caller, settings.conversation_id)
         await self.cancel_turn("cancelled")
         self.settings, self.limit_s, self.voice = settings, limit_s, voice
+        self.images.clear()
         self.max_bytes = 2 * int(limit_s * settings.sample_rate)
         self.detector = await asyncio.to_thread(speech.end_of_speech_detector) if settings.vad else None
         self._reset_utterance()
@@ -198,6 +204,27 @@ class VoiceSession:
                          "conversation_id": settings.conversation_id, "max_utterance_s": limit_s,
                          "max_message_bytes": MAX_MESSAGE_BYTES, "speak": voice is not None,
                          **({"voice": voice.name, "audio_sample_rate": voice.sample_rate} if voice else {})})
+
+    async def _add_image(self, message: dict) -> None:
+        """An image the next utterance asks about ("is someone at the door?"), read and checked now: a bad
+        one is an `error` at once, and is not kept."""
+        url = message.get("image")
+        if not isinstance(url, str):
+            raise VoiceError("invalid_image", "input_image needs `image`: a data URL (data:image/...;base64,...)",
+                             "image")
+        if not self.service.sees():
+            raise VoiceError("images_unsupported", "this model cannot read images: it has no vision projector "
+                             "([model] mmproj)", "image")
+        limits = self.service.cfg.limits
+        if len(self.images) >= limits.max_images:
+            raise VoiceError("too_many_images", f"at most {limits.max_images} images with one utterance "
+                             "([limits] max_images)", "image")
+        try:
+            await asyncio.to_thread(images.from_url, url, limits)
+        except images.ImageRefused as e:
+            raise VoiceError("invalid_image", str(e), "image") from None
+        self.images.append(url)
+        await self.send({"type": "image.ready", "images": len(self.images)})
 
     async def _allow_voice(self) -> None:
         """A member who may not use the voice lane is told so (an `error` naming their lanes), then closed 4403."""
@@ -252,7 +279,8 @@ class VoiceSession:
         if hold is not None and await asyncio.to_thread(revoked_tokens, self.runtime.sessions, [hold.token_hash]):
             hold.revoked.set()
         self._refuse_if_revoked()
-        self.turn = Turn(self, pcm, self.settings, ended_at)
+        self.turn = Turn(self, pcm, self.settings, ended_at, tuple(self.images))
+        self.images.clear()  # (one utterance's: the next question brings its own)
         self.task = asyncio.create_task(self.turn.run())
 
     def _reset_utterance(self, overflowed: bool = False) -> None:

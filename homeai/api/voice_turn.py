@@ -22,7 +22,9 @@ import time
 
 from homeai.api.voice_audio import SpokenAnswer
 from homeai.api.voice_protocol import Settings, VoiceError
-from homeai.service import ChatAsk, SamplingAsk, ServiceError, ThinkAsk
+from homeai.api import household_images
+from homeai.engine.prompt import image_mark
+from homeai.service import ChatAsk, ImageIn, SamplingAsk, ServiceError, ThinkAsk
 from homeai.service.answer import Call, Done, Failed, Text
 from homeai.store import conversations as convs
 from lanes import voice as voice_lane
@@ -55,8 +57,9 @@ class Turn:
     """One utterance: transcribe it, answer it on the voice lane, store the exchange. `session` is
     the socket's `homeai.api.voice.VoiceSession`: who is asking, and `send` for the events."""
 
-    def __init__(self, session, pcm: bytes, settings: Settings, ended_at: float):
+    def __init__(self, session, pcm: bytes, settings: Settings, ended_at: float, images: tuple[str, ...] = ()):
         self.session, self.pcm, self.settings, self.ended_at = session, pcm, settings, ended_at
+        self.images = images  # data URLs the utterance asks about (`input_image`), before its words
         self.service, self.caller = session.service, session.caller
         self.transcript: str | None = None
         self.parts: list[str] = []
@@ -99,6 +102,10 @@ class Turn:
         _, policy = self.service.lane(self.caller, LANE, LANE)
         history = await asyncio.to_thread(self._history)
         messages = voice_lane.build_messages(question, history)
+        if self.images:  # the pictures go before the spoken question, as Ollama places them
+            marks = "".join(image_mark(i) + "\n" for i in range(len(self.images)))
+            messages = [*messages[:-1], {**messages[-1], "content": marks + messages[-1]["content"]}]
+        pictures = tuple(ImageIn(url, f"input_image.{i}", url=True) for i, url in enumerate(self.images))
         if self.session.voice is not None:
             self.audio = SpokenAnswer(self.session, self.session.speaking, self.session.voice, LANE, self.ended_at)
             await self.audio.begin()
@@ -110,7 +117,7 @@ class Turn:
             # one that cannot (gpt-oss) thinks, and its thoughts are neither sent nor said.
             ask = ChatAsk(messages=messages, lane=LANE, tools=self.settings.tools, tool_choice=choice,
                           sampling=answer_sampling(policy), fit="latest", prompt_param="messages",
-                          think=ThinkAsk(on=False))
+                          think=ThinkAsk(on=False), images=pictures)
             self.answer = await self.service.chat(ask, self.caller)
             self.done = await self._stream_answer()
             if not self.done.calls:
@@ -219,7 +226,8 @@ class Turn:
         stats = self.done.stats if self.done is not None else None
         kwargs = dict(member_id=self.caller.member_id, conversation_id=self.settings.conversation_id)
         with self.session.runtime.sessions() as session:
-            stored = convs.add_message(session, **kwargs, role="user", content=self.transcript)
+            pictures = household_images.read(self.images, self.service.cfg.limits) if self.images else ()
+            stored = convs.add_message(session, **kwargs, role="user", content=self.transcript, images=pictures)
             if stored is None or not answer:  # deleted meanwhile, or cancelled before a word
                 return
             convs.add_message(session, **kwargs, role="assistant", content=answer,
