@@ -90,6 +90,8 @@ def add_bench_parser(sub) -> list[argparse.ArgumentParser]:
     images.add_argument("--quick", action="store_true", help="a small version (for tests and smoke runs)")
     images.add_argument("--tower", default="vit-b", choices=("tiny", "vit-b", "vit-l"),
                         help="with no [model] mmproj: the random projector's vision tower (its encode's cost)")
+    images.add_argument("--camera-every", type=float, default=None, metavar="S",
+                        help="the camera's new snapshot every S seconds (default 2; 0: back to back)")
     images.add_argument("--out", default="bench-out", help="folder for images.json and images.md")
     rmodel = bsub.add_parser("model", help="write a GGUF with random weights in a real model's shape (speed only)")
     rmodel.add_argument("out", help="the GGUF file to write; then set model.path to it")

@@ -319,8 +319,12 @@ class Runner:
         return result
 
     def _follow_cores(self) -> None:
-        """Every context takes the thread count the core watch gives for this step (n_threads 0)."""
-        threads = self.core_watch.threads() if self.core_watch else self.num_threads
+        """Every context takes the thread count the core watch gives for this step (n_threads 0, else the
+        configured one), less the cores an image's encode is taking meanwhile (`Vision.busy`)."""
+        threads = self.core_watch.threads() if self.core_watch else self.cfg.n_threads
+        vision = self.vision
+        if vision is not None and vision.busy and not vision.on_gpu:
+            threads = max(1, threads - vision.threads)
         if threads != self.num_threads:
             for ctx in (self.ctx, self.ictx, self.embed_ctx, self.draft and self.draft.ctx):
                 if ctx:

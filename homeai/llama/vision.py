@@ -21,9 +21,11 @@ tokens, and the scheduler counts one position a token.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +62,11 @@ class Vision:
         quiet_mtmd()
         params = mt.mtmd_context_params_default()
         params.use_gpu = gpu
-        params.n_threads = threads
+        # On a CPU an encode takes one core, and the steps the rest while it runs (`busy`, the runner's
+        # `_follow_cores`): a step's threads wait at every barrier for the slowest, so sharing a core
+        # with an encode slows a whole step; on a GPU the encode runs there.
+        self.threads, self.on_gpu = (threads if gpu else 1), gpu
+        params.n_threads = self.threads
         params.print_timings = False
         params.warmup = False
         self._marker_bytes = mt.mtmd_default_marker()  # (one picture is tokenized at a time, its marker alone)
@@ -83,6 +89,11 @@ class Vision:
         self._held: dict[str, tuple[int, ...]] = {}  # request id -> the slots it holds
         self._holds: dict[int, int] = {}  # slot -> live requests holding it
         self._next_slot = 0
+        self.busy = False  # an encode is running (read by the step loop, between steps)
+        # Every encode on one thread of its own (mtmd's context is not thread-safe), niced below the steps:
+        # on a CPU an encode shares the cores with the step loop, and it takes what the steps leave.
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="homeai-vision",
+                                           initializer=_below_the_steps)
         # What encoding costs on this box, learnt (an image is one unit of work: `encode`)
         self.encodes = self.reused = 0
         self.ms_per_token = 0.0
@@ -91,7 +102,9 @@ class Vision:
 
     def encoded(self, picture, holder: str) -> Encoded:
         """`picture`'s tokens, encoding it unless its embeddings are kept; they stay, held by `holder`
-        (a prompt being made: `hold` hands them to its request, `release` lets them go)."""
+        (a prompt being made: `hold` hands them to its request, `release` lets them go). The encode runs
+        on the projector's own thread, at a lower priority than the steps (`_encoder`), and holds no lock
+        a step waits on."""
         with self._lock:
             known = self._by_digest.get(picture.digest)
             if known is not None and known.slot in self._embd:
@@ -100,7 +113,8 @@ class Vision:
                 self._take(holder, known.slot)
                 return known
             slot = known.slot if known is not None else self._new_slot()
-            encoded, rows = self._encode(picture, slot)
+        encoded, rows = self._encoder.submit(self._encode, picture, slot).result()
+        with self._lock:
             self._by_digest[picture.digest] = encoded
             self._embd[slot] = rows
             self._take(holder, slot)
@@ -159,9 +173,13 @@ class Vision:
             mt.mtmd_input_chunks_free(chunks)
             mt.mtmd_bitmap_free(bitmap)
 
-    def _run_encoder(self, chunk, n: int) -> np.ndarray:
+    def _run_encoder(self, chunk, n: int) -> np.ndarray:  # (on the encoder thread)
         began = time.perf_counter()
-        rc = mt.mtmd_encode_chunk(self.ctx, chunk)
+        self.busy = True
+        try:
+            rc = mt.mtmd_encode_chunk(self.ctx, chunk)
+        finally:
+            self.busy = False
         if rc != 0:
             raise InvalidRequest(f"the projector failed on this image (mtmd_encode_chunk: {rc})", "images",
                                  "invalid_image")
@@ -224,9 +242,21 @@ class Vision:
                     "kept_images": len(self._embd), "kept_bytes": sum(r.nbytes for r in self._embd.values())}
 
     def close(self) -> None:
+        self._encoder.shutdown(wait=True)
         if self.ctx:
             mt.mtmd_free(self.ctx)
             self.ctx = None
+
+
+ENCODE_NICE = 10  # the encoder thread's niceness (its compute threads, created by it, inherit it)
+
+
+def _below_the_steps() -> None:
+    """The encoder thread's priority under the step loop's (Linux: a thread's own niceness)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), ENCODE_NICE)
+    except (OSError, AttributeError):  # not Linux, or not allowed: the encode runs at the steps' priority
+        pass
 
 
 def quiet_mtmd() -> None:

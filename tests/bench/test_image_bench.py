@@ -24,8 +24,9 @@ def test_quick_run_reports_every_figure(vision_runner, tmp_path):
         engine.stop()
     assert report["image_tokens"] == 16 and report["idle"]["chat_questions"] > 0
     busy = report["beside_images"]
-    assert busy["image_questions"] > 0 and busy["image_ttft_p50_ms"] > 0 and busy["encode_ms_per_token"] > 0
-    assert report["chat_ttft_p95_ratio"] > 0 and len(lines) == 2
+    assert busy["camera_questions"] > 0 and busy["camera_ttft_p50_ms"] > 0 and busy["encode_ms_per_token"] > 0
+    assert report["beside_text"]["camera_questions"] > 0
+    assert report["chat_ttft_p95_ratio"] > 0 and report["chat_ttft_p95_ratio_text"] > 0 and len(lines) == 3
     text = image_bench.markdown(report, "homeai bench images --quick")
-    assert "| beside image questions |" in text and "chat TTFT p95 beside images / idle" in text
+    assert "| beside image questions |" in text and "| beside its text twin |" in text
     assert not engine.scheduler.has_work() and not vision_runner.vision._held
