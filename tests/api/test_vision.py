@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -129,3 +131,35 @@ def test_a_model_without_a_projector_refuses_images_saying_so(runner, module_tmp
             client.chat(model="homeai", messages=[{"role": "user", "content": QUESTION, "images": [png(1)]}])
         assert refused.value.status_code == 400 and "cannot read images" in str(refused.value)
         assert client.chat(model="homeai", messages=[{"role": "user", "content": QUESTION}], options=SHORT).done
+
+
+def open_webui(name: str) -> dict:
+    """Open WebUI's image chat as its page sends it (tests/fixtures/open_webui/make_image_fixtures.py),
+    its 36 tools left out: their 6,600-token prompt outgrows the vision runner's cache (test_open_webui.py
+    reads them)."""
+    chat = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "open_webui" / name).read_text())
+    chat.pop("tools")
+    chat["model"] = "homeai"
+    return chat
+
+
+def test_open_webuis_image_messages_are_read_on_both_connections(server, token):
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=TIMEOUT) as http:
+        ollama_body = open_webui("ollama_image_chat.json")
+        assert ollama_body["messages"][-1]["images"]  # Open WebUI's own conversion: base64 in `images`
+        with http.stream("POST", "/api/chat", json=ollama_body) as r:
+            assert r.status_code == 200
+            lines = [line for line in r.iter_lines() if line]
+        last = json.loads(lines[-1])
+        text_only = {**ollama_body, "messages": [{k: v for k, v in ollama_body["messages"][-1].items() if k != "images"}],
+                     "stream": False}
+        plain = http.post("/api/chat", json=text_only).json()
+        assert last["done"] and last["prompt_eval_count"] - plain["prompt_eval_count"] in (IMAGE_TOKENS + 1,
+                                                                                           IMAGE_TOKENS + 2)
+        openai_body = open_webui("openai_image_chat.json")
+        assert openai_body["messages"][-1]["content"][1]["type"] == "image_url"
+        with http.stream("POST", "/v1/chat/completions", json=openai_body) as r:
+            assert r.status_code == 200
+            events = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert events[-1] == "data: [DONE]" and len(events) > 2
