@@ -163,3 +163,13 @@ def test_open_webuis_image_messages_are_read_on_both_connections(server, token):
             assert r.status_code == 200
             events = [line for line in r.iter_lines() if line.startswith("data: ")]
         assert events[-1] == "data: [DONE]" and len(events) > 2
+
+
+def test_the_ollama_clients_recorded_snapshot_body_is_read(server, token):
+    """The body the `ollama` package sends with a snapshot, as recorded (tests/fixtures/ollama_client)."""
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "ollama_client" / "image_chat.json")
+                          .read_text())
+    assert isinstance(recorded["messages"][0]["images"][0], str)  # base64, no data: prefix
+    r = httpx.post(f"{server.url}/api/chat", json={**recorded, "options": SHORT},
+                   headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT)
+    assert r.status_code == 200 and r.json()["done"] and r.json()["prompt_eval_count"] > IMAGE_TOKENS
