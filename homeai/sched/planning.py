@@ -211,7 +211,9 @@ class Planning:
         plan.context_cells += context
         lanes = {r.lane for r in readers}
         pace = self.pacing.pace(self.cost, min(self.policies[lane].itl_target_ms for lane in lanes)) if lanes else None
-        lone = not decoding_now
+        # Nothing decodes: a step may aim longer (`lone_step`), unless it reads a member's question
+        # (`prompt`): another member asking meanwhile would wait for the step in flight.
+        lone = not decoding_now and not prompt
         decodes = plan.decodes_shape(num_decoding, cells)  # the plan holds its decodes alone so far
         aim = self._aim(pace, lone, held, decodes, cells, quiet)
         # The moment's fields, then the step's own, in their order (by position: naming them cost ~6k

@@ -23,7 +23,7 @@ def _forget(runner: FakeRunner, plan) -> None:
 
 
 def test_a_step_that_found_no_kv_slot_charges_no_fair_share():
-    sched, runner = create_scheduler(), FakeRunner()
+    sched, runner = create_scheduler(max_step_ms=1000.0), FakeRunner()  # (its prompt read in one step)
     chat = create_request(lane="chat", member="alice", num_prompt=40, max_tokens=4)
     sched.add_request(chat)
     plan = sched.schedule(0.0)

@@ -205,7 +205,7 @@ def test_aborted_while_its_token_is_pending_it_keeps_no_placeholder_and_no_charg
 
 
 def test_a_plan_made_ahead_is_made_again_when_a_request_comes_and_keeps_its_cache_operations():
-    sched = create_scheduler()
+    sched = create_scheduler(max_step_ms=1000.0)  # (both prompts read in the first step)
     sched.add_request(Request("x", "chat", "m", list(range(10, 30)), 0.0, params=SamplingParams(max_tokens=50)))
     sched.add_request(Request("y", "chat", "n", list(range(40, 60)), 0.0, params=SamplingParams(max_tokens=3)))
     plan = sched.schedule(0.0)

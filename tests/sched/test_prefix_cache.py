@@ -254,7 +254,7 @@ def test_off_by_default_in_the_scheduler_and_reads_everything():
 
 
 def test_requests_arriving_together_read_their_shared_prefix_once():
-    sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64), FakeRunner()  # 64-token chunks
+    sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64, max_step_ms=1000.0), FakeRunner()  # 64-token chunks
     # SYSTEM public (a lane's configured prompt): three members share it
     members = [request(SYSTEM + [k] * 20, member=f"m{k}", public_len=300) for k in range(3)]
     for r in members:

@@ -124,7 +124,7 @@ def test_another_users_entry_is_shared_not_taken_over_and_a_preamble_alone_is_ta
 
 
 def test_users_arriving_together_read_the_preamble_once():
-    sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64), FakeRunner()  # 64-token chunks
+    sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64, max_step_ms=1000.0), FakeRunner()  # 64-token chunks
     users = [ask(PREAMBLE + [k] * 20, f"owui/u{k}") for k in range(3)]
     for r in users:
         sched.add_request(r)
@@ -141,7 +141,7 @@ def test_users_arriving_together_share_the_preamble_in_a_cache_that_holds_one():
     waits for the first's read, then borrows its cells there (its own text is all it needs), rather
     than read the preamble again in the main cache beside it (each slowing the other's)."""
     sched, runner = create_scheduler(prompt_cache=True, max_step_tokens=64, num_cells=1000, num_seqs=4,
-                                     interactive_cells=400), FakeRunner()
+                                     interactive_cells=400, max_step_ms=1000.0), FakeRunner()  # 64-token chunks
     alice, bob = (ask(PREAMBLE + [k] * 20, f"owui/{name}", max_tokens=4) for k, name in ((1, "alice"), (2, "bob")))
     for r in (alice, bob):
         sched.add_request(r)
