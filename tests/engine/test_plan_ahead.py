@@ -25,11 +25,14 @@ QUESTIONS = ["Name three colours.", "What is two plus two?", "Say hello to my ca
 
 class Watched:
     """The shared runner; every plan it launches is checked for placeholder tokens, and `collect`
-    raises on the calls `fails(n)` picks (n counts from 1)."""
+    raises on the calls `fails(n)` picks (n counts from 1), or at `fail_at_decode`."""
 
     def __init__(self, runner, fails=lambda n: False):
         self._runner, self._fails = runner, fails
         self.num_collects = self.num_rows = 0
+        # With a count, the collect of that many-th step of decodes alone from now raises too (however
+        # many steps the prompt before took: a member's question is read in plain steps)
+        self.fail_at_decode: int | None = None
 
     def __getattr__(self, name):
         return getattr(self._runner, name)
@@ -43,6 +46,11 @@ class Watched:
     def collect(self, plan, result):
         self.num_collects += 1
         result = self._runner.collect(plan, result)
+        if self.fail_at_decode is not None and plan.items and all(len(i.tokens) == 1 and i.sample for i in plan.items):
+            self.fail_at_decode -= 1
+            if not self.fail_at_decode:
+                self.fail_at_decode = None
+                raise RuntimeError("injected fault")
         if self._fails(self.num_collects):
             raise RuntimeError("injected fault")
         return result
@@ -99,7 +107,7 @@ def test_a_step_failing_after_it_was_settled_ahead_ends_its_requests(make_engine
     failing.add(watched.num_collects + 1)
     text, finish = chat(engine, QUESTIONS[0], max_tokens=1, ignore_eos=True)
     assert (finish.reason, finish.error, text) == ("error", "injected fault", "")
-    failing.add(watched.num_collects + 3)  # and one failing mid-answer
+    watched.fail_at_decode = 2  # and one failing mid-answer: at its second step of decodes alone
     text, finish = chat(engine, QUESTIONS[1], max_tokens=20, ignore_eos=True)
     assert (finish.reason, finish.error) == ("error", "injected fault")
     assert 0 < finish.stats.output_tokens < 20
