@@ -770,19 +770,17 @@ def test_a_step_is_built_with_its_fields_in_the_order_schedule_passes_them():
         "decodes", "deferred", "pace", "aim", "lone", "held", "first_token_waits", "min_chunk", "planned"]
 
 
-def test_a_members_question_read_alone_takes_plain_steps_a_background_prompt_longer_ones():
+def test_a_long_members_question_read_alone_takes_plain_steps_a_short_one_or_a_background_prompt_longer_ones():
     """Nothing decodes: a background prompt read alone takes `lone_step` times the aim (fewer fixed
-    costs), but a member's question is read in plain steps, since another member asking meanwhile waits
-    for the step in flight (a camera's picture questions held a chat's TTFT p95 at 6.8x idle, 2.6x so)."""
-    plain, lone = None, None
-    for lane in ("chat", "summaries"):
+    costs), and so does a member's question that one such step finishes (its first token comes sooner);
+    a longer question is read in plain steps, since another member asking meanwhile waits for the step
+    in flight (a camera's picture questions held a chat's TTFT p95 at 6.2x idle, 2.1x so)."""
+    predicted, read = {}, {}
+    for lane, n in (("chat", 500), ("chat", 60), ("summaries", 500)):
         sched, runner = _taught(create_scheduler(max_step_tokens=512), _cpu), FakeRunner(cost=_cpu)
-        sched.add_request(create_request(lane=lane, num_prompt=500, max_tokens=4))
+        sched.add_request(create_request(lane=lane, num_prompt=n, max_tokens=4))
         plan, _ = step(sched, runner, 5.0)  # (past any lane's batching window)
-        predicted = sched.cost.predict_ms(plan.shape)
-        if lane == "chat":
-            plain = predicted
-        else:
-            lone = predicted
+        predicted[lane, n], read[lane, n] = sched.cost.predict_ms(plan.shape), plan.num_tokens
     aim = create_scheduler().pacing.aim(None)
-    assert plain <= aim * 1.05 < lone, (plain, aim, lone)
+    assert predicted["chat", 500] <= aim * 1.05 < predicted["summaries", 500], predicted
+    assert read["chat", 60] == 60 and predicted["chat", 60] > aim, (read, predicted)  # one longer step finishes it
