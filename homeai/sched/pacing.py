@@ -56,11 +56,11 @@ class PaceTuning:
     # readers see a few longer steps per question; a long prompt is read at the pace.
     first_read: float = 1.5
     first_read_steps: int = 3
-    # With nothing decoding at all and no member's question to read (a background prompt read alone,
-    # say a long document on an idle box), a step may aim this many times longer: fewer steps pay the
-    # step's fixed cost less often, so the prompt is read faster; an arrival meanwhile waits up to one
-    # such step. A member's question is read in plain steps: another member asking meanwhile would
-    # wait for the step in flight (about 320 ms against 108 on 2 cores), for ~8% of the reader's TTFT.
+    # With nothing decoding at all (a background prompt read alone, say a long document on an idle box,
+    # or a member's question one such step reads whole), a step may aim this many times longer: fewer
+    # steps pay the step's fixed cost less often, so the prompt is read faster; an arrival meanwhile
+    # waits up to one such step. A longer question is read in plain steps (`Planning._finishes_alone`):
+    # another member asking meanwhile would wait for the step in flight (about 320 ms against 108 on 2 cores).
     lone_step: float = 3.0
     # How far each finished request moves its lane's typical output length towards its own:
     # higher learns a lane's change faster, and follows its outliers more.
